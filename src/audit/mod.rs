@@ -1,0 +1,290 @@
+//! The audit: every check and the single pass over the payload, as a stream
+//! of [`Event`]s from a named worker thread. It never prints.
+
+pub mod checks;
+pub mod finding;
+mod pass;
+pub mod scan;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::decode::stats::TensorStats;
+use crate::format::{self, Bundle, OpenError};
+pub use finding::{Finding, Severity};
+
+/// A file the audit will read.
+#[derive(Debug, Clone)]
+pub struct FileStart {
+    /// Name as the manifest gives it.
+    pub name: String,
+    /// Bytes on disk (0 when it cannot be read).
+    pub bytes: u64,
+}
+
+/// One step of an audit, in the order it happens.
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// The manifest was read: the tensor index is known, no payload byte is read yet.
+    Opened(Arc<Bundle>),
+    /// The payload pass begins.
+    Started {
+        /// Files to read.
+        files: Vec<FileStart>,
+        /// Sum of their sizes.
+        total_bytes: u64,
+    },
+    /// A check that passed (failures arrive as [`Event::Finding`]).
+    Passed {
+        /// Check id.
+        check: &'static str,
+        /// The tensor it concerns, if any.
+        tensor: Option<String>,
+    },
+    /// A check that did not pass.
+    Finding(Finding),
+    /// Hashing progress of one file.
+    HashProgress {
+        /// Index into the bundle's files.
+        file: usize,
+        /// Bytes hashed so far.
+        done: u64,
+        /// Bytes in the file.
+        total: u64,
+        /// Throughput since the file's start.
+        bytes_per_s: f64,
+    },
+    /// A file is fully hashed.
+    FileHashed {
+        /// Index into the bundle's files.
+        file: usize,
+        /// Bytes read.
+        bytes: u64,
+        /// Its SHA-256 (lower-case hex).
+        sha256: String,
+        /// Whether it matches the manifest (None when the manifest gives none).
+        ok: Option<bool>,
+    },
+    /// A tensor's bytes were all checked.
+    TensorDone {
+        /// Index into the bundle's tensors.
+        tensor: usize,
+        /// Resident bytes of the loaded tensor.
+        resident_bytes: Option<u64>,
+        /// No value finding on it.
+        ok: bool,
+        /// Histograms and statistics.
+        stats: Box<TensorStats>,
+    },
+    /// The audit ended.
+    Finished(Result<Outcome, Failure>),
+}
+
+/// How a completed audit ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// `true` iff no error finding.
+    pub valid: bool,
+    /// Error findings.
+    pub errors: usize,
+    /// Warning findings.
+    pub warnings: usize,
+    /// Wall time.
+    pub duration: Duration,
+}
+
+/// Why an audit could not complete.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Failure {
+    /// The folder could not be opened as a bundle.
+    #[error("{0}")]
+    Open(Arc<OpenError>),
+    /// The user cancelled it.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Cancels an audit from any thread; the worker checks it between chunks.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    /// Asks the audit to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Has cancellation been asked for?
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Options of one audit.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Bytes per read (default 8 MiB).
+    pub chunk_bytes: Option<usize>,
+}
+
+/// Where events go. Must be cheap: it is called from the pass.
+pub type Sink<'a> = &'a (dyn Fn(Event) + Sync);
+
+/// A running audit on its worker thread.
+pub struct AuditHandle {
+    /// The event stream (bounded).
+    pub events: Receiver<Event>,
+    /// Cancels it.
+    pub cancel: CancelToken,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AuditHandle {
+    /// Cancels the audit and waits for the worker to stop.
+    pub fn cancel_and_join(mut self) {
+        self.cancel.cancel();
+        while self.events.try_recv().is_ok() {}
+        drop(std::mem::replace(&mut self.events, sync_channel(1).1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for AuditHandle {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Capacity of the event channel: enough to smooth bursts of findings,
+/// small enough that a slow consumer throttles the worker.
+pub const CHANNEL_CAPACITY: usize = 4096;
+
+/// Starts an audit of `path` on a named worker thread. `wake` is called after
+/// each event is queued (the GUI passes `request_repaint`).
+pub fn spawn(
+    path: PathBuf,
+    options: Options,
+    wake: Option<Box<dyn Fn() + Send + Sync>>,
+) -> std::io::Result<AuditHandle> {
+    let (tx, rx): (SyncSender<Event>, _) = sync_channel(CHANNEL_CAPACITY);
+    let cancel = CancelToken::default();
+    let worker_cancel = cancel.clone();
+    let thread = std::thread::Builder::new()
+        .name("bundlescope-audit".into())
+        .spawn(move || {
+            let sink = move |e: Event| {
+                // A closed channel means nobody listens: the audit will be cancelled.
+                let _ = tx.send(e);
+                if let Some(w) = &wake {
+                    w();
+                }
+            };
+            run(&path, &options, &worker_cancel, &sink);
+        })?;
+    Ok(AuditHandle {
+        events: rx,
+        cancel,
+        thread: Some(thread),
+    })
+}
+
+/// Runs a whole audit on this thread, sending every event to `sink`.
+pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
+    let started = Instant::now();
+    let bundle = match format::open(path) {
+        Ok(b) => Arc::new(b),
+        Err(e) => {
+            sink(Event::Finished(Err(Failure::Open(Arc::new(e)))));
+            return;
+        }
+    };
+    sink(Event::Opened(bundle.clone()));
+    let counter = Counter::default();
+    let emit = |e: Event| {
+        if let Event::Finding(f) = &e {
+            counter.add(f.severity);
+        }
+        sink(e);
+    };
+    audit_bundle(&bundle, options, cancel, &emit);
+    if cancel.is_cancelled() {
+        sink(Event::Finished(Err(Failure::Cancelled)));
+        return;
+    }
+    let (errors, warnings) = counter.get();
+    sink(Event::Finished(Ok(Outcome {
+        valid: errors == 0,
+        errors,
+        warnings,
+        duration: started.elapsed(),
+    })));
+}
+
+#[derive(Default)]
+struct Counter {
+    errors: std::sync::atomic::AtomicUsize,
+    warnings: std::sync::atomic::AtomicUsize,
+}
+
+impl Counter {
+    fn add(&self, s: Severity) {
+        match s {
+            Severity::Error => self.errors.fetch_add(1, Ordering::Relaxed),
+            Severity::Warning => self.warnings.fetch_add(1, Ordering::Relaxed),
+            Severity::Info => 0,
+        };
+    }
+
+    fn get(&self) -> (usize, usize) {
+        (
+            self.errors.load(Ordering::Relaxed),
+            self.warnings.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The checks that only need the manifest, reported as pass or finding.
+const MANIFEST_CHECKS: &[&str] = &[
+    checks::MANIFEST_FIELD,
+    checks::MANIFEST_GROUP_SIZE,
+    checks::MANIFEST_TIED,
+    checks::MANIFEST_WEIGHTS_FILE,
+    checks::MANIFEST_TENSOR_COUNT,
+    checks::PAYLOAD_UNREFERENCED,
+    checks::RECORD_FIELD,
+    checks::RECORD_NAME,
+    checks::RECORD_BYTES,
+    checks::RECORD_CONTIGUOUS,
+    checks::RECORD_WITHIN,
+    checks::RECORD_FULL8_V2,
+    checks::RECORD_PRECISION,
+    checks::DENSE_FORMAT,
+    checks::DENSE_SHAPE,
+    checks::DENSE_BYTES,
+    checks::PACKED_GRID,
+    checks::PACKED_DIMENSIONS,
+    checks::PACKED_STORAGE,
+    checks::ALIAS_TARGET,
+    checks::ALIAS_TIED_HEAD,
+];
+
+fn audit_bundle(bundle: &Bundle, options: &Options, cancel: &CancelToken, emit: Sink) {
+    for f in &bundle.findings {
+        emit(Event::Finding(f.clone()));
+    }
+    for check in MANIFEST_CHECKS {
+        if !bundle.findings.iter().any(|f| f.check == *check) {
+            emit(Event::Passed {
+                check,
+                tensor: None,
+            });
+        }
+    }
+    pass::payload(bundle, options, cancel, emit);
+}

@@ -1,0 +1,440 @@
+//! The single pass: each payload byte is read once, and the same chunk feeds
+//! the SHA-256 (on a hasher thread) and the per-tensor scanners (on the
+//! reading thread), so validation hides under hashing.
+
+use std::fs::{self, File};
+use std::io::{ErrorKind, Read};
+use std::sync::Arc;
+use std::sync::mpsc::sync_channel;
+use std::time::{Instant, SystemTime};
+
+use sha2::{Digest, Sha256};
+
+use super::checks as c;
+use super::scan::Scanner;
+use super::{CancelToken, Event, FileStart, Finding, Options, Sink};
+use crate::format::{Bundle, PayloadFile, hex, read_capped, sha256_hex};
+
+/// Default bytes per read.
+pub const CHUNK_BYTES: usize = 8 << 20;
+/// Buffers in flight between the reader and the hasher.
+const BUFFERS: usize = 3;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ident {
+    len: u64,
+    modified: Option<SystemTime>,
+    inode: u64,
+    device: u64,
+}
+
+fn ident(meta: &fs::Metadata) -> Ident {
+    #[cfg(unix)]
+    let (inode, device) = {
+        use std::os::unix::fs::MetadataExt;
+        (meta.ino(), meta.dev())
+    };
+    #[cfg(not(unix))]
+    let (inode, device) = (0, 0);
+    Ident {
+        len: meta.len(),
+        modified: meta.modified().ok(),
+        inode,
+        device,
+    }
+}
+
+/// Runs the pass over every payload file of `bundle`, then the end checks.
+pub fn payload(bundle: &Bundle, options: &Options, cancel: &CancelToken, emit: Sink) {
+    let manifest_ident = fs::metadata(&bundle.manifest_path).ok().map(|m| ident(&m));
+    let mut opened = Vec::new();
+    for f in &bundle.files {
+        opened.push(open_file(f, emit));
+    }
+    let files = bundle
+        .files
+        .iter()
+        .zip(&opened)
+        .map(|(f, o)| FileStart {
+            name: f.name.clone(),
+            bytes: o.as_ref().map_or(0, |(_, id)| id.len),
+        })
+        .collect::<Vec<_>>();
+    let total_bytes = files.iter().map(|f| f.bytes).sum();
+    let starts: Vec<Option<Ident>> = opened.iter().map(|o| o.as_ref().map(|(_, id)| id.clone())).collect();
+    emit(Event::Started { files, total_bytes });
+
+    let mut scanners: Vec<Vec<Scanner>> = (0..bundle.files.len()).map(|_| Vec::new()).collect();
+    for (i, t) in bundle.tensors.iter().enumerate() {
+        if let Some(s) = Scanner::for_tensor(i, t)
+            && let Some(list) = scanners.get_mut(t.file)
+        {
+            list.push(s);
+        }
+    }
+    for list in &mut scanners {
+        list.sort_by_key(|s| s.start);
+    }
+
+    let jobs: Vec<_> = opened
+        .into_iter()
+        .zip(scanners)
+        .enumerate()
+        .filter_map(|(i, (o, s))| o.map(|(file, id)| (i, file, id, s)))
+        .collect();
+    let parallel = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, jobs.len().max(1));
+    let queue = std::sync::Mutex::new(jobs.into_iter());
+    std::thread::scope(|scope| {
+        for w in 0..parallel {
+            let queue = &queue;
+            let _ = std::thread::Builder::new()
+                .name(format!("bundlescope-read-{w}"))
+                .spawn_scoped(scope, move || {
+                    loop {
+                        let job = queue.lock().ok().and_then(|mut q| q.next());
+                        let Some((i, file, id, scanners)) = job else { break };
+                        if cancel.is_cancelled() {
+                            break;
+                        }
+                        let info = &bundle.files[i];
+                        scan_file(bundle, i, info, file, &id, scanners, options, cancel, emit);
+                    }
+                });
+        }
+    });
+    if cancel.is_cancelled() {
+        return;
+    }
+    end_checks(bundle, manifest_ident, &starts, emit);
+}
+
+fn open_file(f: &PayloadFile, emit: Sink) -> Option<(File, Ident)> {
+    let fail = |msg: String| {
+        emit(Event::Finding(
+            Finding::error(c::PAYLOAD_FILE, msg).field(f.name.clone()),
+        ));
+        None
+    };
+    let link = match fs::symlink_metadata(&f.path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return fail(format!("payload file {} is missing", f.name));
+        }
+        Err(e) => return fail(format!("cannot inspect payload file {}: {e}", f.name)),
+    };
+    if link.file_type().is_symlink() {
+        emit(Event::Finding(
+            Finding::warning(
+                c::PAYLOAD_FILE,
+                format!(
+                    "payload file {} is a symbolic link to {}; its bytes live outside the bundle folder",
+                    f.name,
+                    fs::read_link(&f.path).map_or("?".into(), |p| p.display().to_string())
+                ),
+            )
+            .field(f.name.clone()),
+        ));
+    }
+    let meta = match fs::metadata(&f.path) {
+        Ok(m) => m,
+        Err(e) => return fail(format!("cannot inspect payload file {}: {e}", f.name)),
+    };
+    if !meta.is_file() {
+        return fail(format!(
+            "payload {} is {}, not a regular file",
+            f.name,
+            if meta.is_dir() { "a directory" } else { "a special file" }
+        ));
+    }
+    let id = ident(&meta);
+    if let Some(expected) = f.expected_bytes {
+        if id.len != expected {
+            emit(Event::Finding(
+                Finding::error(
+                    c::PAYLOAD_LENGTH,
+                    format!(
+                        "payload {} is {} bytes, the manifest says {expected}",
+                        f.name, id.len
+                    ),
+                )
+                .field(f.name.clone())
+                .offset(id.len.min(expected)),
+            ));
+        } else {
+            emit(Event::Passed {
+                check: c::PAYLOAD_LENGTH,
+                tensor: None,
+            });
+        }
+    }
+    match File::open(&f.path) {
+        Ok(file) => Some((file, id)),
+        Err(e) => fail(format!("cannot open payload file {} for reading: {e}", f.name)),
+    }
+}
+
+/// Reads until `buf` is full or the file ends.
+fn read_full(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn scan_file(
+    bundle: &Bundle,
+    index: usize,
+    info: &PayloadFile,
+    mut file: File,
+    id: &Ident,
+    mut scanners: Vec<Scanner>,
+    options: &Options,
+    cancel: &CancelToken,
+    emit: Sink,
+) {
+    let chunk = options.chunk_bytes.unwrap_or(CHUNK_BYTES).max(64);
+    let started = Instant::now();
+    let (to_hasher, hasher_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
+    let (back_tx, back_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
+    let mut offset = 0u64;
+    let mut read_error = None;
+    let digest = std::thread::scope(|scope| {
+        let hasher = std::thread::Builder::new()
+            .name(format!("bundlescope-hash-{index}"))
+            .spawn_scoped(scope, move || {
+                let mut h = Sha256::new();
+                for buf in hasher_rx {
+                    h.update(buf.as_slice());
+                    let _ = back_tx.send(buf);
+                }
+                h.finalize()
+            });
+        let Ok(hasher) = hasher else {
+            read_error = Some("could not start the hasher thread".to_string());
+            return None;
+        };
+        let mut free: Vec<Vec<u8>> = Vec::new();
+        let mut made = 0;
+        let mut active: Vec<Scanner> = Vec::new();
+        let mut pending: std::collections::VecDeque<Scanner> = scanners.drain(..).collect();
+        loop {
+            if cancel.is_cancelled() {
+                break;
+            }
+            while let Ok(b) = back_rx.try_recv() {
+                if let Some(v) = Arc::into_inner(b) {
+                    free.push(v);
+                }
+            }
+            let mut buf = match free.pop() {
+                Some(b) => b,
+                None if made < BUFFERS => {
+                    made += 1;
+                    vec![0u8; chunk]
+                }
+                None => match back_rx.recv().ok().and_then(Arc::into_inner) {
+                    Some(b) => b,
+                    None => vec![0u8; chunk],
+                },
+            };
+            buf.resize(chunk, 0);
+            let n = match read_full(&mut file, &mut buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    read_error = Some(format!("read error at byte {offset}: {e}"));
+                    break;
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            buf.truncate(n);
+            let data = Arc::new(buf);
+            if to_hasher.send(data.clone()).is_err() {
+                read_error = Some("the hasher thread stopped".into());
+                break;
+            }
+            let (a, b) = (offset, offset + n as u64);
+            while pending.front().is_some_and(|s| s.start < b) {
+                if let Some(s) = pending.pop_front() {
+                    active.push(s);
+                }
+            }
+            let mut k = 0;
+            while k < active.len() {
+                let s = &mut active[k];
+                let from = s.start.max(a).max(s.end - s.remaining());
+                let to = s.end.min(b);
+                if from < to {
+                    s.feed(&data[(from - a) as usize..(to - a) as usize]);
+                }
+                if s.remaining() == 0 {
+                    let s = active.swap_remove(k);
+                    finish_tensor(bundle, s, emit);
+                } else {
+                    k += 1;
+                }
+            }
+            drop(data);
+            offset = b;
+            let secs = started.elapsed().as_secs_f64().max(1e-9);
+            emit(Event::HashProgress {
+                file: index,
+                done: offset,
+                total: id.len,
+                bytes_per_s: offset as f64 / secs,
+            });
+        }
+        drop(to_hasher);
+        let digest = hasher.join().ok();
+        // Tensors the payload never reached.
+        let mut unfinished: Vec<Scanner> = active.into_iter().chain(pending).collect();
+        unfinished.sort_by_key(|s| s.start);
+        if !cancel.is_cancelled()
+            && read_error.is_none()
+            && let Some(first) = unfinished.first()
+        {
+            let name = &bundle.tensors[first.tensor].name;
+            let more = unfinished.len() - 1;
+            emit(Event::Finding(
+                Finding::error(
+                    c::PAYLOAD_LENGTH,
+                    format!(
+                        "{} ends at byte {offset}, inside this tensor (bytes {}..{}){}; its values could not be checked",
+                        info.name,
+                        first.start,
+                        first.end,
+                        if more > 0 {
+                            format!(", and {more} more tensors lie beyond the end")
+                        } else {
+                            String::new()
+                        }
+                    ),
+                )
+                .tensor(name.clone())
+                .field(info.name.clone())
+                .offset(offset),
+            ));
+        }
+        digest
+    });
+    if cancel.is_cancelled() {
+        return;
+    }
+    if let Some(msg) = read_error {
+        emit(Event::Finding(
+            Finding::error(c::PAYLOAD_FILE, format!("{}: {msg}", info.name))
+                .field(info.name.clone())
+                .offset(offset),
+        ));
+        return;
+    }
+    let Some(digest) = digest else { return };
+    let sha = hex(&digest);
+    let ok = info.expected_sha256.as_ref().map(|e| e == &sha);
+    match (ok, &info.expected_sha256) {
+        (Some(false), Some(expected)) => emit(Event::Finding(
+            Finding::error(
+                c::PAYLOAD_SHA256,
+                format!("SHA-256 of {} is {sha}, the manifest says {expected}", info.name),
+            )
+            .field(info.name.clone()),
+        )),
+        (Some(true), _) => emit(Event::Passed {
+            check: c::PAYLOAD_SHA256,
+            tensor: None,
+        }),
+        _ => {}
+    }
+    emit(Event::FileHashed {
+        file: index,
+        bytes: offset,
+        sha256: sha,
+        ok,
+    });
+}
+
+fn finish_tensor(bundle: &Bundle, s: Scanner, emit: Sink) {
+    let index = s.tensor;
+    let out = s.finish();
+    let name = &bundle.tensors[index].name;
+    let ok = out.findings.is_empty();
+    let value_checks: &[&'static str] = match bundle.tensors[index].layout {
+        Some(crate::format::Layout::Dense { .. }) => &[c::DENSE_FINITE],
+        _ => &[c::PACKED_RESERVED_CODE, c::PACKED_SCALES],
+    };
+    for check in value_checks {
+        if !out.findings.iter().any(|f| f.check == *check) {
+            emit(Event::Passed {
+                check,
+                tensor: Some(name.clone()),
+            });
+        }
+    }
+    for f in out.findings {
+        emit(Event::Finding(f));
+    }
+    emit(Event::TensorDone {
+        tensor: index,
+        resident_bytes: bundle.tensors[index].resident_bytes,
+        ok,
+        stats: Box::new(out.stats),
+    });
+}
+
+fn end_checks(bundle: &Bundle, manifest_before: Option<Ident>, starts: &[Option<Ident>], emit: Sink) {
+    let mut changed = Vec::new();
+    let manifest_now = fs::metadata(&bundle.manifest_path).ok().map(|m| ident(&m));
+    if manifest_now != manifest_before {
+        changed.push(describe_change("manifest.json", manifest_before.as_ref(), manifest_now.as_ref()));
+    } else {
+        match read_capped(&bundle.manifest_path, crate::format::MAX_MANIFEST_BYTES) {
+            Ok(bytes) if sha256_hex(&bytes) == bundle.provenance.manifest_sha256 => {}
+            Ok(_) => changed.push("manifest.json's content changed".into()),
+            Err(e) => changed.push(format!("manifest.json can no longer be read ({e})")),
+        }
+    }
+    for (f, before) in bundle.files.iter().zip(starts) {
+        let Some(before) = before else { continue };
+        let now = fs::metadata(&f.path).ok().map(|m| ident(&m));
+        if now.as_ref() != Some(before) {
+            changed.push(describe_change(&f.name, Some(before), now.as_ref()));
+        }
+    }
+    if changed.is_empty() {
+        emit(Event::Passed {
+            check: c::BUNDLE_CHANGED,
+            tensor: None,
+        });
+    } else {
+        for what in changed {
+            emit(Event::Finding(Finding::error(
+                c::BUNDLE_CHANGED,
+                format!("the bundle changed while it was audited: {what}; audit it again"),
+            )));
+        }
+    }
+}
+
+fn describe_change(name: &str, before: Option<&Ident>, now: Option<&Ident>) -> String {
+    match (before, now) {
+        (Some(b), Some(n)) if b.len != n.len => format!("{name} went from {} to {} bytes", b.len, n.len),
+        (Some(b), Some(n)) if b.inode != n.inode || b.device != n.device => {
+            format!("{name} was replaced by another file")
+        }
+        (Some(_), Some(_)) => format!("{name} was modified (mtime changed)"),
+        (Some(_), None) => format!("{name} disappeared"),
+        (None, Some(_)) => format!("{name} appeared"),
+        (None, None) => format!("{name} cannot be inspected"),
+    }
+}
+

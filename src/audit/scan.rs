@@ -1,0 +1,509 @@
+//! Per-tensor scanners fed from the payload's chunks: the value checks and
+//! the histograms of the single pass. A scanner sees its tensor's bytes in
+//! order, in pieces of any size, and carries partial units across pieces.
+
+use crate::audit::checks as c;
+use crate::audit::finding::Finding;
+use crate::decode::stats::{self, CodeCounts, Moments, Pattern16, Quality, TensorStats};
+use crate::decode::{self, bf16_to_f32, f16_to_f32};
+use crate::format::{DenseDtype, Layout, PackedKind, TensorInfo};
+
+/// Partial-unit carry: hands whole units of `unit` bytes to a callback,
+/// keeping the tail of one piece until the next completes it.
+struct Carry {
+    buf: [u8; 32],
+    len: usize,
+    unit: usize,
+}
+
+impl Carry {
+    fn new(unit: usize) -> Self {
+        debug_assert!(unit <= 32 && unit > 0);
+        Self {
+            buf: [0; 32],
+            len: 0,
+            unit,
+        }
+    }
+
+    fn feed(&mut self, mut data: &[u8], mut f: impl FnMut(&[u8])) {
+        let unit = self.unit;
+        if self.len > 0 {
+            let take = (unit - self.len).min(data.len());
+            self.buf[self.len..self.len + take].copy_from_slice(&data[..take]);
+            self.len += take;
+            data = &data[take..];
+            if self.len < unit {
+                return;
+            }
+            f(&self.buf[..unit]);
+            self.len = 0;
+        }
+        let whole = data.len() / unit * unit;
+        if whole > 0 {
+            f(&data[..whole]);
+        }
+        let rest = &data[whole..];
+        self.buf[..rest.len()].copy_from_slice(rest);
+        self.len = rest.len();
+    }
+}
+
+/// What a finished scanner learned.
+pub struct ScanOutcome {
+    /// Value findings (reserved codes, bad scales, non-finite values).
+    pub findings: Vec<Finding>,
+    /// Histograms and statistics.
+    pub stats: TensorStats,
+}
+
+/// Scans one tensor's byte range.
+pub struct Scanner {
+    /// Index of the tensor in the bundle's index.
+    pub tensor: usize,
+    /// Absolute start offset in its file.
+    pub start: u64,
+    /// Absolute end offset (exclusive).
+    pub end: u64,
+    name: String,
+    pos: u64,
+    kind: Kind,
+}
+
+enum Kind {
+    Packed(Box<Packed>),
+    Dense(Box<Dense>),
+}
+
+struct Packed {
+    kind: PackedKind,
+    row_bytes: u64,
+    codes_bytes: u64,
+    groups_per_row: u64,
+    rows: u64,
+    codes: Carry,
+    scales: Carry,
+    acc: PackedAcc,
+}
+
+struct PackedAcc {
+    start: u64,
+    kind: PackedKind,
+    codes_pos: u64,
+    /// q4: histogram of whole bytes; q3: histogram of 12-bit halves of 3-byte units.
+    hist: Vec<u64>,
+    zero_group: Vec<u8>,
+    zero_groups: u64,
+    first_reserved: Option<u64>,
+    scale_hist: Vec<u32>,
+    scale_index: u64,
+    groups_per_row: u64,
+    row_max: Vec<u16>,
+    first_bad_scale: Option<(u64, u16)>,
+}
+
+struct Dense {
+    dtype: DenseDtype,
+    carry: Carry,
+    acc: DenseAcc,
+}
+
+struct DenseAcc {
+    start: u64,
+    dtype: DenseDtype,
+    pos: u64,
+    hist: Vec<u32>,
+    moments: Moments,
+    first_bad: Option<u64>,
+}
+
+const LO_NIBBLES: u64 = 0x0f0f_0f0f_0f0f_0f0f;
+const ONES: u64 = 0x0101_0101_0101_0101;
+const BIT4: u64 = 0x1010_1010_1010_1010;
+
+/// Does this slice (of whole 8-byte words, plus a tail) hold a 4-bit code 15?
+#[inline]
+fn has_nibble_15(bytes: &[u8]) -> bool {
+    let mut words = bytes.chunks_exact(8);
+    let mut acc = 0u64;
+    for w in &mut words {
+        let x = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
+        let lo = x & LO_NIBBLES;
+        let hi = (x >> 4) & LO_NIBBLES;
+        acc |= ((lo + ONES) | (hi + ONES)) & BIT4;
+    }
+    acc != 0 || words.remainder().iter().any(|b| b & 0x0f == 0x0f || b >> 4 == 0x0f)
+}
+
+/// Does this 24-bit unit hold a 3-bit code 7?
+#[inline]
+fn has_code_7(w: u32) -> bool {
+    w & (w >> 1) & (w >> 2) & 0x0024_9249 != 0
+}
+
+impl PackedAcc {
+    fn codes(&mut self, units: &[u8]) {
+        let group = self.zero_group.len();
+        for g in units.chunks_exact(group) {
+            match self.kind {
+                PackedKind::Q4 => {
+                    for &b in g {
+                        self.hist[usize::from(b)] += 1;
+                    }
+                    if self.first_reserved.is_none() && has_nibble_15(g) {
+                        self.first_reserved = self.locate_reserved(g);
+                    }
+                }
+                PackedKind::Q3 | PackedKind::Q3Full8 => {
+                    let mut bad = false;
+                    for t in g.chunks_exact(3) {
+                        let w = u32::from(t[0]) | u32::from(t[1]) << 8 | u32::from(t[2]) << 16;
+                        self.hist[(w & 0xfff) as usize] += 1;
+                        self.hist[(w >> 12) as usize] += 1;
+                        bad |= has_code_7(w);
+                    }
+                    if bad && self.kind == PackedKind::Q3 && self.first_reserved.is_none() {
+                        self.first_reserved = self.locate_reserved(g);
+                    }
+                }
+            }
+            if g == self.zero_group.as_slice() {
+                self.zero_groups += 1;
+            }
+            self.codes_pos += group as u64;
+        }
+    }
+
+    /// Absolute byte offset of the first reserved code in group `g`.
+    fn locate_reserved(&self, g: &[u8]) -> Option<u64> {
+        let bits = self.kind.bits();
+        let max = self.kind.max_code();
+        (0..64).find_map(|j| {
+            let code = decode::code_at(g, bits, j)?;
+            (code > max).then(|| self.start + self.codes_pos + (j as u64 * u64::from(bits)) / 8)
+        })
+    }
+
+    fn scales(&mut self, units: &[u8], scales_start: u64) {
+        for s in units.chunks_exact(2) {
+            let h = u16::from_le_bytes([s[0], s[1]]);
+            self.scale_hist[usize::from(h)] += 1;
+            if decode::f16_is_positive_finite(h) {
+                let row = (self.scale_index / self.groups_per_row) as usize;
+                if let Some(m) = self.row_max.get_mut(row) {
+                    *m = (*m).max(h);
+                }
+            } else if self.first_bad_scale.is_none() {
+                self.first_bad_scale = Some((scales_start + self.scale_index * 2, h));
+            }
+            self.scale_index += 1;
+        }
+    }
+
+    fn code_counts(&self) -> CodeCounts {
+        let mut counts = vec![0u64; 1 << self.kind.bits()];
+        match self.kind {
+            PackedKind::Q4 => {
+                for (b, &n) in self.hist.iter().enumerate() {
+                    counts[b & 15] += n;
+                    counts[b >> 4] += n;
+                }
+            }
+            _ => {
+                for (p, &n) in self.hist.iter().enumerate() {
+                    if n > 0 {
+                        for k in 0..4 {
+                            counts[(p >> (3 * k)) & 7] += n;
+                        }
+                    }
+                }
+            }
+        }
+        CodeCounts {
+            bits: self.kind.bits(),
+            zero: self.kind.zero(),
+            max_code: self.kind.max_code(),
+            counts,
+        }
+    }
+}
+
+impl DenseAcc {
+    fn values(&mut self, units: &[u8]) {
+        match self.dtype {
+            DenseDtype::F16 | DenseDtype::Bf16 => {
+                let f16 = self.dtype == DenseDtype::F16;
+                for (i, s) in units.chunks_exact(2).enumerate() {
+                    let h = u16::from_le_bytes([s[0], s[1]]);
+                    self.hist[usize::from(h)] += 1;
+                    let v = if f16 { f16_to_f32(h) } else { bf16_to_f32(h) };
+                    if !v.is_finite() && self.first_bad.is_none() {
+                        self.first_bad = Some(self.start + self.pos + 2 * i as u64);
+                    }
+                    self.moments.push(v);
+                }
+            }
+            DenseDtype::F32 => {
+                for (i, s) in units.chunks_exact(4).enumerate() {
+                    let x = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                    self.hist[(x >> 16) as usize] += 1;
+                    let v = f32::from_bits(x);
+                    if !v.is_finite() && self.first_bad.is_none() {
+                        self.first_bad = Some(self.start + self.pos + 4 * i as u64);
+                    }
+                    self.moments.push(v);
+                }
+            }
+        }
+        self.pos += units.len() as u64;
+    }
+}
+
+impl Scanner {
+    /// A scanner for tensor `index`, if its metadata passed and it has bytes.
+    pub fn for_tensor(index: usize, t: &TensorInfo) -> Option<Self> {
+        let layout = t.layout?;
+        let (start, end) = t.range()?;
+        let kind = match layout {
+            Layout::Dense { dtype, .. } => Kind::Dense(Box::new(Dense {
+                dtype,
+                carry: Carry::new(dtype.size() as usize),
+                acc: DenseAcc {
+                    start,
+                    dtype,
+                    pos: 0,
+                    hist: vec![0; 1 << 16],
+                    moments: Moments::default(),
+                    first_bad: None,
+                },
+            })),
+            Layout::Packed { kind, rows, cols } => {
+                let bits = kind.bits();
+                let group = (64 * bits / 8) as usize;
+                let mut zero_group = vec![0u8; group];
+                decode::pack_row(&[kind.zero() as u8; 64], bits, &mut zero_group);
+                Kind::Packed(Box::new(Packed {
+                    kind,
+                    row_bytes: layout.row_bytes(),
+                    codes_bytes: layout.codes_bytes(),
+                    groups_per_row: cols / 64,
+                    rows,
+                    codes: Carry::new(group),
+                    scales: Carry::new(2),
+                    acc: PackedAcc {
+                        start,
+                        kind,
+                        codes_pos: 0,
+                        hist: vec![0; if bits == 4 { 256 } else { 4096 }],
+                        zero_group,
+                        zero_groups: 0,
+                        first_reserved: None,
+                        scale_hist: vec![0; 1 << 16],
+                        scale_index: 0,
+                        groups_per_row: cols / 64,
+                        // rows is bounded (<= 262144) by the metadata checks.
+                        row_max: vec![0; rows as usize],
+                        first_bad_scale: None,
+                    },
+                }))
+            }
+        };
+        Some(Self {
+            tensor: index,
+            start,
+            end,
+            name: t.name.clone(),
+            pos: 0,
+            kind,
+        })
+    }
+
+    /// Bytes still expected.
+    pub fn remaining(&self) -> u64 {
+        self.end - self.start - self.pos
+    }
+
+    /// Feeds the next bytes of the tensor (never more than [`Self::remaining`]).
+    pub fn feed(&mut self, mut data: &[u8]) {
+        let remaining = self.remaining();
+        if data.len() as u64 > remaining {
+            data = &data[..remaining as usize];
+        }
+        match &mut self.kind {
+            Kind::Dense(d) => {
+                let acc = &mut d.acc;
+                d.carry.feed(data, |u| acc.values(u));
+            }
+            Kind::Packed(p) => {
+                let mut rest = data;
+                if self.pos < p.codes_bytes {
+                    let n = ((p.codes_bytes - self.pos) as usize).min(rest.len());
+                    let acc = &mut p.acc;
+                    p.codes.feed(&rest[..n], |u| acc.codes(u));
+                    rest = &rest[n..];
+                }
+                if !rest.is_empty() {
+                    let scales_start = self.start + p.codes_bytes;
+                    let acc = &mut p.acc;
+                    p.scales.feed(rest, |u| acc.scales(u, scales_start));
+                }
+            }
+        }
+        self.pos += data.len() as u64;
+    }
+
+    /// Findings and statistics, once every byte has been fed.
+    pub fn finish(self) -> ScanOutcome {
+        let name = self.name;
+        let mut findings = Vec::new();
+        let stats = match self.kind {
+            Kind::Dense(d) => {
+                let acc = d.acc;
+                if let Some(at) = acc.first_bad {
+                    let index = (at - acc.start) / d.dtype.size();
+                    findings.push(
+                        Finding::error(
+                            c::DENSE_FINITE,
+                            format!(
+                                "{} of {} {} values are NaN or infinite; the first is element {index}",
+                                acc.moments.nonfinite,
+                                acc.moments.count,
+                                d.dtype.as_str()
+                            ),
+                        )
+                        .tensor(&name)
+                        .offset(at),
+                    );
+                }
+                let pattern = match d.dtype {
+                    DenseDtype::F16 => Pattern16::F16,
+                    _ => Pattern16::Bf16,
+                };
+                TensorStats {
+                    values: Some(stats::summarise_values(&acc.hist, pattern, &acc.moments)),
+                    ..Default::default()
+                }
+            }
+            Kind::Packed(p) => {
+                let acc = &p.acc;
+                let codes = acc.code_counts();
+                let reserved = codes.reserved();
+                if reserved > 0 {
+                    let at = acc.first_reserved;
+                    let place = at.map_or(String::new(), |at| {
+                        let rel = at - acc.start;
+                        format!(
+                            "; the first is in row {}, near column {}",
+                            rel / p.row_bytes,
+                            (rel % p.row_bytes) * 8 / u64::from(p.kind.bits())
+                        )
+                    });
+                    findings.push(
+                        Finding::error(
+                            c::PACKED_RESERVED_CODE,
+                            format!(
+                                "{reserved} stored codes exceed the maximum code {} of {}{place}",
+                                p.kind.max_code(),
+                                p.kind.precision().as_str()
+                            ),
+                        )
+                        .tensor(&name)
+                        .field("codes")
+                        .maybe_offset(at),
+                    );
+                }
+                let scales = stats::summarise_scales(&acc.scale_hist);
+                if let Some((at, h)) = acc.first_bad_scale {
+                    let index = (at - acc.start - p.codes_bytes) / 2;
+                    findings.push(
+                        Finding::error(
+                            c::PACKED_SCALES,
+                            format!(
+                                "{} of {} scales are not finite and > 0; the first, row {} group {}, is {}",
+                                scales.invalid,
+                                scales.count,
+                                index / p.groups_per_row,
+                                index % p.groups_per_row,
+                                f16_to_f32(h)
+                            ),
+                        )
+                        .tensor(&name)
+                        .field("scales")
+                        .offset(at),
+                    );
+                }
+                let limit = scales.median * 8.0;
+                let outlier_rows = acc
+                    .row_max
+                    .iter()
+                    .filter(|&&h| h != 0 && f64::from(f16_to_f32(h)) > limit)
+                    .count() as u64;
+                let mut quality = Quality {
+                    entropy_bits: codes.entropy_bits(),
+                    clipping_share: codes.clipping_share(),
+                    unused_levels: codes.unused_levels(),
+                    zero_groups: acc.zero_groups,
+                    groups: p.rows * p.groups_per_row,
+                    scale_dynamic_range: scales.max / scales.min,
+                    outlier_rows,
+                    reserved_codes: reserved,
+                    suspicion: 0.0,
+                };
+                quality.suspicion = stats::suspicion(&quality, p.kind.bits());
+                TensorStats {
+                    codes: Some(codes),
+                    scales: Some(scales),
+                    values: None,
+                    quality: Some(quality),
+                }
+            }
+        };
+        ScanOutcome { findings, stats }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn carry_hands_out_whole_units_across_pieces() {
+        let mut c = Carry::new(3);
+        let mut seen = Vec::new();
+        for piece in [&[1u8, 2][..], &[3, 4, 5, 6, 7], &[8], &[9]] {
+            c.feed(piece, |u| {
+                assert_eq!(u.len() % 3, 0);
+                seen.extend_from_slice(u);
+            });
+        }
+        assert_eq!(seen, (1..=9).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn nibble_15_detection() {
+        assert!(!has_nibble_15(&[0xee; 17]));
+        let mut b = [0x11u8; 17];
+        b[9] = 0xf1;
+        assert!(has_nibble_15(&b));
+        b[9] = 0x1f;
+        assert!(has_nibble_15(&b));
+        b[9] = 0x11;
+        b[16] = 0x0f;
+        assert!(has_nibble_15(&b));
+    }
+
+    #[test]
+    fn code_7_detection() {
+        let mut row = [0u8; 3];
+        for j in 0..8 {
+            let mut codes = [6u8; 8];
+            codes[j] = 7;
+            decode::pack_row(&codes, 3, &mut row);
+            let w = u32::from(row[0]) | u32::from(row[1]) << 8 | u32::from(row[2]) << 16;
+            assert!(has_code_7(w), "position {j}");
+        }
+        decode::pack_row(&[6, 5, 3, 6, 6, 0, 1, 6], 3, &mut row);
+        let w = u32::from(row[0]) | u32::from(row[1]) << 8 | u32::from(row[2]) << 16;
+        assert!(!has_code_7(w));
+    }
+}

@@ -1,0 +1,160 @@
+//! `bundlescope audit DIR [--json]`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use bundlescope::audit::{self, Event, Failure, Severity};
+use bundlescope::report::{Report, ReportBuilder, human_bytes};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Arguments of `audit`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Bundle folder (or its manifest.json).
+    pub dir: PathBuf,
+    /// Print the JSON report on stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    let handle = audit::spawn(a.dir.clone(), audit::Options::default(), None)?;
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("█▌ "),
+    );
+    let mut builder = ReportBuilder::default();
+    let mut base = Vec::new();
+    for event in handle.events.iter() {
+        match &event {
+            Event::Started { files, total_bytes } => {
+                bar.set_length(*total_bytes);
+                bar.set_message(files.first().map_or(String::new(), |f| f.name.clone()));
+                base = vec![0u64; files.len()];
+            }
+            Event::HashProgress { file, done, .. } => {
+                if let Some(b) = base.get_mut(*file) {
+                    *b = *done;
+                }
+                bar.set_position(base.iter().sum());
+            }
+            _ => {}
+        }
+        let finished = matches!(event, Event::Finished(_));
+        builder.apply(&event);
+        if finished {
+            break;
+        }
+    }
+    bar.finish_and_clear();
+    match &builder.outcome {
+        Some(Err(Failure::Open(e))) => {
+            eprintln!("bundlescope: {e}");
+            return Ok(super::EXIT_ERROR);
+        }
+        Some(Err(Failure::Cancelled)) | None => {
+            eprintln!("bundlescope: the audit stopped before it finished");
+            return Ok(super::EXIT_ERROR);
+        }
+        Some(Ok(_)) => {}
+    }
+    let Some(report) = builder.report(&a.dir.display().to_string()) else {
+        return Ok(super::EXIT_ERROR);
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_summary(&report);
+    }
+    Ok(if report.verdict == "valid" {
+        super::EXIT_OK
+    } else {
+        super::EXIT_INVALID
+    })
+}
+
+fn print_summary(r: &Report) {
+    let errors = r.findings.iter().filter(|f| f.severity == Severity::Error).count();
+    let warnings = r.findings.iter().filter(|f| f.severity == Severity::Warning).count();
+    println!(
+        "{}  ({})",
+        r.bundle.path,
+        r.bundle.format.as_deref().unwrap_or("?")
+    );
+    println!(
+        "verdict: {}  ({errors} errors, {warnings} warnings, {:.2} s)",
+        r.verdict.to_uppercase(),
+        r.duration_s.unwrap_or(0.0)
+    );
+    if !r.findings.is_empty() {
+        println!("\nfindings:");
+        for f in &r.findings {
+            let mut at = Vec::new();
+            if let Some(t) = &f.tensor {
+                at.push(format!("tensor {t}"));
+            }
+            if let Some(fl) = &f.field {
+                at.push(format!("field {fl}"));
+            }
+            if let Some(o) = f.offset {
+                at.push(format!("offset {o}"));
+            }
+            println!("  {:<7} [{}] {}", f.severity.as_str(), f.check, f.message);
+            if !at.is_empty() {
+                println!("          at {}", at.join(", "));
+            }
+        }
+    }
+    println!("\nfiles:");
+    for f in &r.files {
+        let mark = match f.ok {
+            Some(true) => "verified",
+            Some(false) => "MISMATCH",
+            None => "not checked",
+        };
+        println!(
+            "  {}  {}  sha256 {}  {mark}",
+            f.file,
+            f.bytes.map_or("?".into(), human_bytes),
+            f.sha256.as_deref().unwrap_or("-")
+        );
+    }
+    println!("\ntotals:");
+    println!(
+        "  {:<10} {:>8} {:>14} {:>12} {:>12} {:>6}",
+        "precision", "tensors", "parameters", "bytes", "resident", "bpw"
+    );
+    let t = &r.totals;
+    for (p, v) in &t.by_precision {
+        println!(
+            "  {:<10} {:>8} {:>14} {:>12} {:>12} {:>6}",
+            p,
+            v.tensors,
+            v.parameters,
+            human_bytes(v.bytes),
+            human_bytes(v.resident_bytes),
+            v.bits_per_weight.map_or("-".into(), |b| format!("{b:.2}"))
+        );
+    }
+    println!(
+        "  {:<10} {:>8} {:>14} {:>12} {:>12} {:>6}",
+        "all",
+        t.tensors,
+        t.parameters,
+        human_bytes(t.bytes),
+        human_bytes(t.resident_bytes),
+        t.bits_per_weight.map_or("-".into(), |b| format!("{b:.2}"))
+    );
+    if t.aliases > 0 {
+        println!("  ({} aliases share their target's memory)", t.aliases);
+    }
+}

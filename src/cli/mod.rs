@@ -1,0 +1,78 @@
+//! Command-line interface: one file per subcommand. Exit codes: 0 valid,
+//! 1 invalid, 2 could not run.
+
+mod audit;
+mod list;
+mod sample;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code of a valid bundle / a successful command.
+pub const EXIT_OK: i32 = 0;
+/// Exit code of an invalid bundle.
+pub const EXIT_INVALID: i32 = 1;
+/// Exit code when the command could not run.
+pub const EXIT_ERROR: i32 = 2;
+
+#[derive(Parser)]
+#[command(name = "bundlescope", version, about = "Inspect and audit quantized ML weight bundles")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Bundle folder (or its manifest.json) to open.
+    dir: Option<PathBuf>,
+    /// Open the built-in demo bundle.
+    #[arg(long)]
+    demo: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate and hash a bundle; exit 0 valid, 1 invalid, 2 could not run.
+    Audit(audit::Args),
+    /// Print the tensor index from the manifest, without hashing.
+    List(list::Args),
+    /// Write a valid sample bundle.
+    Sample(sample::Args),
+}
+
+/// Parses the command line and runs it; returns the exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_ERROR } else { EXIT_OK };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let result = match cli.command {
+        Some(Command::Audit(a)) => audit::run(a),
+        Some(Command::List(a)) => list::run(a),
+        Some(Command::Sample(a)) => sample::run(a),
+        None => open_demo_or_dir(cli.dir, cli.demo),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("bundlescope: {e:#}");
+            EXIT_ERROR
+        }
+    }
+}
+
+/// Without the desktop app, opening a bundle audits it in the terminal.
+fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool) -> anyhow::Result<i32> {
+    let dir = match (dir, demo) {
+        (Some(d), _) => d,
+        (None, true) => bundlescope::sample::demo_bundle()?,
+        (None, false) => {
+            use clap::CommandFactory;
+            Cli::command().print_help()?;
+            return Ok(EXIT_OK);
+        }
+    };
+    audit::run(audit::Args { dir, json: false })
+}

@@ -1,0 +1,535 @@
+//! Turning a folder into a [`Bundle`]: format detection, the typed manifest
+//! and the tensor index. Parsing never trusts a number before bounding it.
+
+pub mod audio8;
+pub mod json;
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::audit::finding::Finding;
+
+/// Largest manifest bundlescope reads. 2000 records with every field fit in
+/// well under 2 MiB; 64 MiB leaves room and still bounds the allocation.
+pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The bundle formats bundlescope knows of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum FormatKind {
+    /// `audio8-mixed-bundle-v1`.
+    #[serde(rename = "audio8-mixed-bundle-v1")]
+    Audio8V1,
+    /// `audio8-mixed-bundle-v2` (adds `q3_full8`).
+    #[serde(rename = "audio8-mixed-bundle-v2")]
+    Audio8V2,
+    /// The calibrated GPTQ-Q4 bundle (audio8 payload plus a provenance block).
+    #[serde(rename = "gptq-q4-calibrated")]
+    GptqQ4,
+    /// `A8MOD001`, the native bundle.
+    #[serde(rename = "A8MOD001")]
+    Native,
+    /// The mlx-nvfp4 `stacked-global-scale` MoE artifact.
+    #[serde(rename = "mlx-nvfp4")]
+    Nvfp4,
+}
+
+impl FormatKind {
+    /// The name used in reports and the UI.
+    pub fn name(self) -> &'static str {
+        match self {
+            FormatKind::Audio8V1 => "audio8-mixed-bundle-v1",
+            FormatKind::Audio8V2 => "audio8-mixed-bundle-v2",
+            FormatKind::GptqQ4 => "gptq-q4-calibrated",
+            FormatKind::Native => "A8MOD001",
+            FormatKind::Nvfp4 => "mlx-nvfp4",
+        }
+    }
+
+    /// A short label for the top bar.
+    pub fn short(self) -> &'static str {
+        match self {
+            FormatKind::Audio8V1 => "audio8 v1",
+            FormatKind::Audio8V2 => "audio8 v2",
+            FormatKind::GptqQ4 => "GPTQ-Q4",
+            FormatKind::Native => "A8MOD001",
+            FormatKind::Nvfp4 => "mlx-nvfp4",
+        }
+    }
+}
+
+/// Why a folder could not be opened as a bundle at all (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The path does not exist or cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The path that failed.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The folder has no usable manifest, or the manifest names no known format.
+    #[error("{} is not a bundle: {reason}", path.display())]
+    NotABundle {
+        /// The folder or manifest.
+        path: PathBuf,
+        /// What was expected and what was found.
+        reason: String,
+    },
+    /// A format bundlescope recognises but cannot audit yet.
+    #[error("{}: recognised {} bundle, not yet supported: {detail}", path.display(), format.name())]
+    Unsupported {
+        /// The folder.
+        path: PathBuf,
+        /// Which format.
+        format: FormatKind,
+        /// What is missing.
+        detail: String,
+    },
+}
+
+/// Precision of a tensor record, as the manifest names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Precision {
+    /// Dense (`original`): BF16, F16 or F32 values.
+    Original,
+    /// Legacy seven-level 3-bit codes.
+    Q3,
+    /// Full eight-level 3-bit codes (v2 only).
+    Q3Full8,
+    /// Fifteen-level 4-bit codes.
+    Q4,
+    /// Anything else the manifest says (always a finding).
+    Other(String),
+}
+
+impl Precision {
+    /// Parses the manifest's `precision` string.
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "original" => Precision::Original,
+            "q3" => Precision::Q3,
+            "q3_full8" => Precision::Q3Full8,
+            "q4" => Precision::Q4,
+            other => Precision::Other(other.to_string()),
+        }
+    }
+
+    /// The manifest spelling.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Precision::Original => "original",
+            Precision::Q3 => "q3",
+            Precision::Q3Full8 => "q3_full8",
+            Precision::Q4 => "q4",
+            Precision::Other(s) => s,
+        }
+    }
+
+    /// The packed code layout, for packed precisions.
+    pub fn packed(&self) -> Option<PackedKind> {
+        match self {
+            Precision::Q3 => Some(PackedKind::Q3),
+            Precision::Q3Full8 => Some(PackedKind::Q3Full8),
+            Precision::Q4 => Some(PackedKind::Q4),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for Precision {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// The three packed code grids of the audio8 formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PackedKind {
+    /// 3 bits, codes 0..=6, zero 3.
+    Q3,
+    /// 3 bits, codes 0..=7, zero 4.
+    Q3Full8,
+    /// 4 bits, codes 0..=14, zero 7.
+    Q4,
+}
+
+impl PackedKind {
+    /// Bits per stored code.
+    pub fn bits(self) -> u32 {
+        match self {
+            PackedKind::Q3 | PackedKind::Q3Full8 => 3,
+            PackedKind::Q4 => 4,
+        }
+    }
+
+    /// The zero point `z`: value = scale * (code - z).
+    pub fn zero(self) -> i32 {
+        match self {
+            PackedKind::Q3 => 3,
+            PackedKind::Q3Full8 => 4,
+            PackedKind::Q4 => 7,
+        }
+    }
+
+    /// Largest code a valid tensor may store.
+    pub fn max_code(self) -> u8 {
+        match self {
+            PackedKind::Q3 => 6,
+            PackedKind::Q3Full8 => 7,
+            PackedKind::Q4 => 14,
+        }
+    }
+
+    /// The precision this grid belongs to.
+    pub fn precision(self) -> Precision {
+        match self {
+            PackedKind::Q3 => Precision::Q3,
+            PackedKind::Q3Full8 => Precision::Q3Full8,
+            PackedKind::Q4 => Precision::Q4,
+        }
+    }
+}
+
+/// Element type of a dense tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DenseDtype {
+    /// bfloat16, little-endian.
+    Bf16,
+    /// IEEE half, little-endian.
+    F16,
+    /// IEEE single, little-endian.
+    F32,
+}
+
+impl DenseDtype {
+    /// Parses the manifest's `source_dtype`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "BF16" => Some(DenseDtype::Bf16),
+            "F16" => Some(DenseDtype::F16),
+            "F32" => Some(DenseDtype::F32),
+            _ => None,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            DenseDtype::Bf16 | DenseDtype::F16 => 2,
+            DenseDtype::F32 => 4,
+        }
+    }
+
+    /// The manifest spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenseDtype::Bf16 => "BF16",
+            DenseDtype::F16 => "F16",
+            DenseDtype::F32 => "F32",
+        }
+    }
+}
+
+/// The validated byte layout of a tensor: only tensors whose metadata passed
+/// every check get one, and only those are scanned and decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// `count` dense values of `dtype`.
+    Dense {
+        /// Element type.
+        dtype: DenseDtype,
+        /// Number of elements.
+        count: u64,
+    },
+    /// Packed codes followed by F16 scales.
+    Packed {
+        /// The code grid.
+        kind: PackedKind,
+        /// Rows of the matrix.
+        rows: u64,
+        /// Columns of the matrix (a multiple of 64).
+        cols: u64,
+    },
+}
+
+impl Layout {
+    /// Bytes of codes in a packed layout (0 for dense).
+    pub fn codes_bytes(&self) -> u64 {
+        match *self {
+            Layout::Dense { .. } => 0,
+            Layout::Packed { kind, rows, cols } => rows * (cols * u64::from(kind.bits()) / 8),
+        }
+    }
+
+    /// Bytes of one packed row.
+    pub fn row_bytes(&self) -> u64 {
+        match *self {
+            Layout::Dense { .. } => 0,
+            Layout::Packed { kind, cols, .. } => cols * u64::from(kind.bits()) / 8,
+        }
+    }
+
+    /// Number of F16 scales in a packed layout (0 for dense).
+    pub fn scale_count(&self) -> u64 {
+        match *self {
+            Layout::Dense { .. } => 0,
+            Layout::Packed { rows, cols, .. } => rows * (cols / 64),
+        }
+    }
+}
+
+/// One row of the tensor index.
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorInfo {
+    /// Tensor (or alias) name.
+    pub name: String,
+    /// Precision as the manifest names it (the target's, for an alias).
+    pub precision: Precision,
+    /// Shape, where it is a list of non-negative integers.
+    pub shape: Option<Vec<u64>>,
+    /// Source dtype of dense tensors; `F16` scales are implied for packed ones.
+    pub source_dtype: Option<String>,
+    /// The record's `encoding`.
+    #[serde(skip)]
+    pub encoding: Option<String>,
+    /// Byte offset in the payload.
+    pub offset: Option<u64>,
+    /// Payload bytes of the record.
+    pub bytes: Option<u64>,
+    /// Bytes the loaded tensor occupies (the seed's `nbytes`); 0 for aliases.
+    pub resident_bytes: Option<u64>,
+    /// For an alias, the tensor it shares memory with.
+    pub alias_of: Option<String>,
+    /// The file holding the bytes (index into [`Bundle::files`]).
+    #[serde(skip)]
+    pub file: usize,
+    /// The validated layout; `None` when the metadata is broken.
+    #[serde(skip)]
+    pub layout: Option<Layout>,
+    /// The record exactly as the manifest has it, for the detail panel.
+    #[serde(skip)]
+    pub record: serde_json::Value,
+}
+
+impl TensorInfo {
+    /// Number of parameters (product of the shape), if the shape is known and fits.
+    pub fn parameters(&self) -> Option<u64> {
+        let shape = self.shape.as_ref()?;
+        shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+    }
+
+    /// `[rows, cols]` as text, e.g. `151936×3584`.
+    pub fn shape_text(&self) -> String {
+        match &self.shape {
+            Some(s) => s.iter().map(u64::to_string).collect::<Vec<_>>().join("×"),
+            None => "?".to_string(),
+        }
+    }
+
+    /// Byte range `[offset, offset + bytes)` in its file, when both are known and fit.
+    pub fn range(&self) -> Option<(u64, u64)> {
+        let offset = self.offset?;
+        Some((offset, offset.checked_add(self.bytes?)?))
+    }
+}
+
+/// A file whose bytes are hashed and scanned.
+#[derive(Debug, Clone, Serialize)]
+pub struct PayloadFile {
+    /// File name as the manifest gives it.
+    pub name: String,
+    /// Where it is on disk.
+    #[serde(skip)]
+    pub path: PathBuf,
+    /// Length the manifest claims.
+    pub expected_bytes: Option<u64>,
+    /// SHA-256 the manifest claims (lower-case hex).
+    pub expected_sha256: Option<String>,
+}
+
+/// Provenance facts a person wants to see beside the verdict.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Provenance {
+    /// `format` string exactly as written.
+    pub format: Option<String>,
+    /// `source_revision`.
+    pub source_revision: Option<String>,
+    /// `profile`.
+    pub profile: Option<String>,
+    /// `external_assets_not_included["config.json"].sha256`.
+    pub expected_config_sha256: Option<String>,
+    /// SHA-256 of manifest.json as read.
+    pub manifest_sha256: String,
+}
+
+/// An opened bundle: everything learned from the manifest, before any payload
+/// byte is read.
+#[derive(Debug, Clone)]
+pub struct Bundle {
+    /// The bundle folder.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest_path: PathBuf,
+    /// The manifest's bytes, hashed once at open.
+    pub manifest_bytes: Vec<u8>,
+    /// Which format it is.
+    pub format: FormatKind,
+    /// The tensor index, aliases last.
+    pub tensors: Vec<TensorInfo>,
+    /// Files to hash and scan.
+    pub files: Vec<PayloadFile>,
+    /// Provenance facts.
+    pub provenance: Provenance,
+    /// Findings from the manifest alone.
+    pub findings: Vec<Finding>,
+}
+
+impl Bundle {
+    /// Index of the tensor called `name`.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.tensors.iter().position(|t| t.name == name)
+    }
+}
+
+/// Hex SHA-256 of a byte slice.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Lower-case hex of bytes.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// Reads a manifest with a size cap, without following a claimed length.
+pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, OpenError> {
+    let io = |source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(OpenError::NotABundle {
+            path: path.to_path_buf(),
+            reason: "manifest.json is not a regular file".into(),
+        });
+    }
+    let file = fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(cap + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > cap {
+        return Err(OpenError::NotABundle {
+            path: path.to_path_buf(),
+            reason: format!("manifest.json is larger than {} MiB", cap >> 20),
+        });
+    }
+    Ok(bytes)
+}
+
+/// Opens `path` (a bundle folder, or the `manifest.json` inside one).
+pub fn open(path: &Path) -> Result<Bundle, OpenError> {
+    let meta = fs::metadata(path).map_err(|source| OpenError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (dir, manifest_path) = if meta.is_dir() {
+        (path.to_path_buf(), path.join("manifest.json"))
+    } else if path.file_name().is_some_and(|n| n == "manifest.json") {
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+        (dir, path.to_path_buf())
+    } else {
+        return Err(OpenError::NotABundle {
+            path: path.to_path_buf(),
+            reason: "expected a bundle folder or its manifest.json".into(),
+        });
+    };
+    if !manifest_path.exists() {
+        return Err(OpenError::NotABundle {
+            path: dir,
+            reason: "the folder has no manifest.json".into(),
+        });
+    }
+    let bytes = read_capped(&manifest_path, MAX_MANIFEST_BYTES)?;
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| OpenError::NotABundle {
+            path: manifest_path.clone(),
+            reason: format!(
+                "manifest.json is not valid JSON ({} at line {}, column {})",
+                describe_json_error(&e),
+                e.line(),
+                e.column()
+            ),
+        })?;
+    let Some(object) = value.as_object() else {
+        return Err(OpenError::NotABundle {
+            path: manifest_path,
+            reason: format!("manifest.json holds {}, not a JSON object", json::kind(&value)),
+        });
+    };
+    let format = detect(object).map_err(|reason| OpenError::NotABundle {
+        path: dir.clone(),
+        reason,
+    })?;
+    match format {
+        FormatKind::Audio8V1 | FormatKind::Audio8V2 => {
+            Ok(audio8::parse(dir, manifest_path, bytes, object, format))
+        }
+        FormatKind::GptqQ4 => Err(OpenError::Unsupported {
+            path: dir,
+            format,
+            detail: "its provenance block is not verified yet; the payload rules are those of audio8".into(),
+        }),
+        FormatKind::Native => Err(OpenError::Unsupported {
+            path: dir,
+            format,
+            detail: "the native A8MOD001 loader is not available; this is not a broken v1/v2 bundle".into(),
+        }),
+        FormatKind::Nvfp4 => Err(OpenError::Unsupported {
+            path: dir,
+            format,
+            detail: "MoE NVFP4 artifacts are not audited yet".into(),
+        }),
+    }
+}
+
+fn describe_json_error(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    // serde_json appends " at line L column C"; we print those ourselves.
+    match text.find(" at line ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+/// Which format a manifest object describes, or why it is none.
+pub fn detect(manifest: &serde_json::Map<String, serde_json::Value>) -> Result<FormatKind, String> {
+    if let Some(format) = manifest.get("format") {
+        let Some(format) = format.as_str() else {
+            return Err(format!("'format' is {}, expected a string", json::kind(format)));
+        };
+        return match format {
+            "audio8-mixed-bundle-v1" => Ok(FormatKind::Audio8V1),
+            "audio8-mixed-bundle-v2" => Ok(FormatKind::Audio8V2),
+            "A8MOD001" => Ok(FormatKind::Native),
+            f if f.to_ascii_lowercase().contains("gptq") => Ok(FormatKind::GptqQ4),
+            f => Err(format!(
+                "unknown format {f:?} (expected audio8-mixed-bundle-v1, audio8-mixed-bundle-v2, A8MOD001, a GPTQ-Q4 bundle or an mlx-nvfp4 artifact)"
+            )),
+        };
+    }
+    if manifest.contains_key("quantization") {
+        return Ok(FormatKind::Nvfp4);
+    }
+    Err("manifest.json has neither a 'format' key (audio8 bundles) nor a 'quantization' block (mlx-nvfp4 artifacts)".into())
+}

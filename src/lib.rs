@@ -1,0 +1,17 @@
+//! bundlescope: an inspector and auditor for quantized ML weight bundles.
+//!
+//! The engine is shared by the CLI and the desktop app: [`format`] turns a
+//! folder into a [`format::Bundle`], [`audit`] streams the checks and hashes
+//! as [`audit::Event`]s from a worker thread, [`report`] folds those events
+//! into the one JSON report both faces export.
+
+pub mod audit;
+pub mod decode;
+pub mod format;
+pub mod report;
+pub mod sample;
+
+/// The tool's name and version as they appear in reports.
+pub const TOOL_NAME: &str = "bundlescope";
+/// Crate version, stamped into every report.
+pub const TOOL_VERSION: &str = env!("CARGO_PKG_VERSION");

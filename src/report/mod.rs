@@ -1,0 +1,304 @@
+//! The report: one schema for the CLI's `--json`, the GUI's "Save report…"
+//! and every later command. Built by folding audit [`Event`]s.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::audit::{Event, Failure, Finding, Outcome, Severity};
+use crate::decode::stats::TensorStats;
+use crate::format::{Bundle, Provenance, TensorInfo};
+
+/// `{"name", "version"}` of the tool.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tool {
+    /// Always `bundlescope`.
+    pub name: &'static str,
+    /// Crate version.
+    pub version: &'static str,
+}
+
+impl Default for Tool {
+    fn default() -> Self {
+        Self {
+            name: crate::TOOL_NAME,
+            version: crate::TOOL_VERSION,
+        }
+    }
+}
+
+/// Which bundle the report is about.
+#[derive(Debug, Clone, Serialize)]
+pub struct BundleRef {
+    /// Folder as given.
+    pub path: String,
+    /// Format name.
+    pub format: Option<String>,
+}
+
+/// One row of the report's tensor list.
+#[derive(Debug, Clone, Serialize)]
+pub struct TensorRow {
+    /// Index row fields.
+    #[serde(flatten)]
+    pub info: TensorInfo,
+    /// Statistics from the pass (absent for aliases and broken records).
+    pub stats: Option<TensorStats>,
+}
+
+/// One payload file's integrity.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileRow {
+    /// File name.
+    pub file: String,
+    /// Bytes read.
+    pub bytes: Option<u64>,
+    /// Its SHA-256, once hashed.
+    pub sha256: Option<String>,
+    /// What the manifest claims.
+    pub expected_sha256: Option<String>,
+    /// Whether they match (null until hashed, or when nothing is claimed).
+    pub ok: Option<bool>,
+}
+
+/// Totals of one precision.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct PrecisionTotals {
+    /// Tensor records (aliases excluded).
+    pub tensors: u64,
+    /// Parameters (elements).
+    pub parameters: u64,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Resident bytes when loaded.
+    pub resident_bytes: u64,
+    /// bytes × 8 / parameters.
+    pub bits_per_weight: Option<f64>,
+}
+
+/// Bundle totals.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Totals {
+    /// Tensor records.
+    pub tensors: u64,
+    /// Aliases.
+    pub aliases: u64,
+    /// Parameters.
+    pub parameters: u64,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Resident bytes.
+    pub resident_bytes: u64,
+    /// bytes × 8 / parameters.
+    pub bits_per_weight: Option<f64>,
+    /// The same, per precision.
+    pub by_precision: BTreeMap<String, PrecisionTotals>,
+}
+
+/// Totals of a bundle's index.
+pub fn totals(tensors: &[TensorInfo]) -> Totals {
+    let mut t = Totals::default();
+    for info in tensors {
+        if info.alias_of.is_some() {
+            t.aliases += 1;
+            continue;
+        }
+        let p = t
+            .by_precision
+            .entry(info.precision.as_str().to_string())
+            .or_default();
+        let params = info.parameters().unwrap_or(0);
+        let bytes = info.bytes.unwrap_or(0);
+        let resident = info.resident_bytes.unwrap_or(0);
+        for (tensors, parameters, b, r) in [
+            (&mut p.tensors, &mut p.parameters, &mut p.bytes, &mut p.resident_bytes),
+            (&mut t.tensors, &mut t.parameters, &mut t.bytes, &mut t.resident_bytes),
+        ] {
+            *tensors += 1;
+            *parameters = parameters.saturating_add(params);
+            *b = b.saturating_add(bytes);
+            *r = r.saturating_add(resident);
+        }
+    }
+    let bpw = |bytes: u64, params: u64| (params > 0).then(|| bytes as f64 * 8.0 / params as f64);
+    for p in t.by_precision.values_mut() {
+        p.bits_per_weight = bpw(p.bytes, p.parameters);
+    }
+    t.bits_per_weight = bpw(t.bytes, t.parameters);
+    t
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Tool name and version.
+    pub tool: Tool,
+    /// The bundle.
+    pub bundle: BundleRef,
+    /// `valid` iff no error finding; `incomplete` when the audit was cancelled.
+    pub verdict: &'static str,
+    /// Every finding, in the order found.
+    pub findings: Vec<Finding>,
+    /// The tensor index with statistics.
+    pub tensors: Vec<TensorRow>,
+    /// Payload files.
+    pub files: Vec<FileRow>,
+    /// Totals.
+    pub totals: Totals,
+    /// Provenance facts from the manifest.
+    pub provenance: Provenance,
+    /// Wall time of the audit.
+    pub duration_s: Option<f64>,
+}
+
+/// Folds audit events into a report; the GUI keeps one as its model.
+#[derive(Debug, Default)]
+pub struct ReportBuilder {
+    /// The bundle, once opened.
+    pub bundle: Option<Arc<Bundle>>,
+    /// Findings so far.
+    pub findings: Vec<Finding>,
+    /// Checks passed so far.
+    pub passed: u64,
+    /// Per-file state, indexed like the bundle's files.
+    pub files: Vec<FileRow>,
+    /// Per-file bytes hashed so far and throughput.
+    pub progress: Vec<(u64, u64, f64)>,
+    /// Per-tensor statistics, indexed like the bundle's tensors.
+    pub stats: Vec<Option<TensorStats>>,
+    /// Set when finished.
+    pub outcome: Option<Result<Outcome, Failure>>,
+}
+
+impl ReportBuilder {
+    /// Applies one event.
+    pub fn apply(&mut self, event: &Event) {
+        match event {
+            Event::Opened(b) => {
+                self.files = b
+                    .files
+                    .iter()
+                    .map(|f| FileRow {
+                        file: f.name.clone(),
+                        bytes: None,
+                        sha256: None,
+                        expected_sha256: f.expected_sha256.clone(),
+                        ok: None,
+                    })
+                    .collect();
+                self.progress = vec![(0, 0, 0.0); b.files.len()];
+                self.stats = vec![None; b.tensors.len()];
+                self.bundle = Some(b.clone());
+            }
+            Event::Started { files, .. } => {
+                for (p, f) in self.progress.iter_mut().zip(files) {
+                    p.1 = f.bytes;
+                }
+            }
+            Event::Passed { .. } => self.passed += 1,
+            Event::Finding(f) => self.findings.push(f.clone()),
+            Event::HashProgress {
+                file,
+                done,
+                total,
+                bytes_per_s,
+            } => {
+                if let Some(p) = self.progress.get_mut(*file) {
+                    *p = (*done, *total, *bytes_per_s);
+                }
+            }
+            Event::FileHashed {
+                file,
+                bytes,
+                sha256,
+                ok,
+            } => {
+                if let Some(row) = self.files.get_mut(*file) {
+                    row.bytes = Some(*bytes);
+                    row.sha256 = Some(sha256.clone());
+                    row.ok = *ok;
+                }
+            }
+            Event::TensorDone { tensor, stats, .. } => {
+                if let Some(s) = self.stats.get_mut(*tensor) {
+                    *s = Some((**stats).clone());
+                }
+            }
+            Event::Finished(r) => self.outcome = Some(r.clone()),
+        }
+    }
+
+    /// Number of error findings so far.
+    pub fn errors(&self) -> usize {
+        self.findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .count()
+    }
+
+    /// The report as it stands (complete once `Finished` was applied).
+    pub fn report(&self, path: &str) -> Option<Report> {
+        let b = self.bundle.as_ref()?;
+        let verdict = match &self.outcome {
+            Some(Ok(o)) if o.valid => "valid",
+            Some(Ok(_)) => "invalid",
+            _ if self.errors() > 0 => "invalid",
+            _ => "incomplete",
+        };
+        let tensors = b
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| TensorRow {
+                info: t.clone(),
+                stats: self.stats.get(i).cloned().flatten(),
+            })
+            .collect();
+        Some(Report {
+            tool: Tool::default(),
+            bundle: BundleRef {
+                path: path.to_string(),
+                format: Some(b.format.name().to_string()),
+            },
+            verdict,
+            findings: self.findings.clone(),
+            tensors,
+            files: self.files.clone(),
+            totals: totals(&b.tensors),
+            provenance: b.provenance.clone(),
+            duration_s: match &self.outcome {
+                Some(Ok(o)) => Some(o.duration.as_secs_f64()),
+                _ => None,
+            },
+        })
+    }
+}
+
+/// Human-readable size, binary units.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+    }
+}
