@@ -30,10 +30,9 @@ def main():
         resident = {}
         try:
             weights = Weights.load(bundle, progress=lambda p: resident.__setitem__(p["name"], p["resident_tensor_bytes"]))
-            for name, item in weights.tensors.items():
-                resident.setdefault(name, item.nbytes)
-            out = {"verdict": "valid", "error": None, "resident": resident,
-                   "aliases": [a for a in weights.tensors if a not in resident]}
+            aliases = {name: item.nbytes for name, item in weights.tensors.items() if name not in resident}
+            out = {"verdict": "valid", "error": None, "resident": resident, "aliases": aliases,
+                   "total_nbytes": weights.nbytes}
         except Exception as e:  # the seed signals every rule with an exception
             out = {"verdict": "invalid", "error": f"{type(e).__name__}: {e}", "resident": resident}
     print(json.dumps(out))

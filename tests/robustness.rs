@@ -1,0 +1,199 @@
+//! Bad input never panics, never hangs and is never trusted: every case ends
+//! with exit 1 (a finding) or 2 (not a bundle) and a readable message.
+
+mod common;
+
+use std::fs;
+
+use common::*;
+use serde_json::json;
+
+fn expect_code(dir: &std::path::Path, code: i32) -> Run {
+    let run = cli(&["audit", dir.to_str().unwrap()]);
+    assert_eq!(run.code, code, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    run
+}
+
+#[test]
+fn empty_folder_is_not_a_bundle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = expect_code(tmp.path(), 2);
+    assert!(run.stderr.contains("no manifest.json"), "{}", run.stderr);
+}
+
+#[test]
+fn missing_path_cannot_be_read() {
+    let run = cli(&["audit", "/definitely/not/here"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("cannot read"), "{}", run.stderr);
+}
+
+#[test]
+fn empty_garbage_and_non_object_manifests() {
+    for (text, needle) in [
+        (&b""[..], "not valid JSON"),
+        (b"\x00\xff garbage {", "not valid JSON"),
+        (b"[1, 2, 3]", "not a JSON object"),
+        (b"{\"format\": 5}", "expected a string"),
+        (b"{\"format\": \"something-else\"}", "unknown format"),
+        (b"{}", "neither"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("manifest.json"), text).unwrap();
+        let run = expect_code(tmp.path(), 2);
+        assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
+    }
+}
+
+#[test]
+fn huge_manifest_is_refused_without_reading_it_all() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = fs::File::create(tmp.path().join("manifest.json")).unwrap();
+    f.set_len(65 << 20).unwrap(); // sparse: 65 MiB of zero bytes
+    let run = expect_code(tmp.path(), 2);
+    assert!(run.stderr.contains("larger than 64 MiB"), "{}", run.stderr);
+}
+
+#[test]
+fn manifest_that_is_a_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::create_dir(tmp.path().join("manifest.json")).unwrap();
+    let run = expect_code(tmp.path(), 2);
+    assert!(run.stderr.contains("not a regular file"), "{}", run.stderr);
+}
+
+#[test]
+fn wrong_shaped_json_gets_findings_not_panics() {
+    let b = TestBundle::v2();
+    b.edit(|m| {
+        m["weights_bytes"] = json!("1045504");
+        m["group_size"] = json!(64.0);
+        m["tensors"][0]["offset"] = json!(-5);
+        m["tensors"][1]["offset"] = json!(9_223_372_036_854_775_808u64);
+        m["tensors"][1]["bytes"] = json!(18_446_744_073_709_551_615u64);
+        m["tensors"][2]["shape"] = json!([4_000_000_000u64, 4_000_000_000u64]);
+        m["tensors"][3]["shape"] = json!("wide");
+        m["tensors"][4] = json!("not a record");
+        m["tensors"][5]["bytes"] = json!(true);
+        m["aliases"] = json!(["x"]);
+    });
+    let run = cli(&["audit", b.dir.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let r = run.json();
+    let checks = error_checks(&r);
+    for id in ["manifest.field", "manifest.group_size", "record.field", "record.bytes", "packed.dimensions", "dense.shape"] {
+        assert!(checks.contains(&id.to_string()), "{id} missing from {checks:?}");
+    }
+}
+
+#[test]
+fn claimed_sizes_are_never_allocated() {
+    // A dense record claiming 2^62 bytes and a packed one at the row bound:
+    // the audit must refuse both from the numbers alone, without allocating.
+    let b = TestBundle::v2();
+    b.edit(|m| {
+        m["weights_bytes"] = json!(1u64 << 62);
+        m["tensors"][0]["bytes"] = json!(1u64 << 62);
+        m["tensors"][0]["shape"] = json!([1u64 << 61]);
+    });
+    let run = cli(&["audit", b.dir.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 1);
+    let checks = error_checks(&run.json());
+    assert!(checks.contains(&"dense.bytes".to_string()), "{checks:?}");
+    assert!(checks.contains(&"payload.length".to_string()), "{checks:?}");
+}
+
+#[test]
+fn too_many_records_are_bounded() {
+    let b = TestBundle::v2();
+    b.edit(|m| {
+        let one = m["tensors"][0].clone();
+        m["tensors"] = json!(vec![one; 5000]);
+    });
+    let run = cli(&["audit", b.dir.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 1);
+    let r = run.json();
+    assert!(error_checks(&r).contains(&"manifest.tensor_count".to_string()));
+    assert!(r["tensors"].as_array().unwrap().len() <= 2001);
+}
+
+#[cfg(unix)]
+#[test]
+fn payload_fifo_does_not_hang() {
+    let b = TestBundle::v2();
+    fs::remove_file(b.payload()).unwrap();
+    let status = std::process::Command::new("mkfifo").arg(b.payload()).status().unwrap();
+    assert!(status.success());
+    let run = cli(&["audit", b.dir.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 1);
+    assert!(error_checks(&run.json()).contains(&"payload.file".to_string()));
+}
+
+#[cfg(unix)]
+#[test]
+fn unreadable_payload_is_a_finding() {
+    use std::os::unix::fs::PermissionsExt;
+    let b = TestBundle::v2();
+    fs::set_permissions(b.payload(), fs::Permissions::from_mode(0o000)).unwrap();
+    if fs::File::open(b.payload()).is_ok() {
+        eprintln!("SKIPPED: running as root, permissions do not stop reads");
+        return;
+    }
+    let run = cli(&["audit", b.dir.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 1);
+    assert!(error_checks(&run.json()).contains(&"payload.file".to_string()));
+}
+
+#[test]
+fn truncated_payload_names_the_tensor_it_ends_in() {
+    let b = TestBundle::v2();
+    let v = b.record("language_model.model.layers.1.mlp.up_proj.weight");
+    let cut = v["offset"].as_u64().unwrap() as usize + 10;
+    b.patch_payload(false, |p| p.truncate(cut));
+    let run = cli(&["audit", b.dir.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 1);
+    let r = run.json();
+    let hits = findings_of(&r, "payload.length");
+    assert!(
+        hits.iter().any(|f| f["tensor"] == "language_model.model.layers.1.mlp.up_proj.weight"),
+        "{hits:#?}"
+    );
+}
+
+#[test]
+fn the_audit_never_writes_to_the_bundle() {
+    let b = TestBundle::v2();
+    let before: Vec<_> = ["manifest.json", "weights.bin"]
+        .iter()
+        .map(|f| {
+            let m = fs::metadata(b.dir.join(f)).unwrap();
+            (fs::read(b.dir.join(f)).unwrap(), m.modified().unwrap())
+        })
+        .collect();
+    assert_eq!(cli(&["audit", b.dir.to_str().unwrap()]).code, 0);
+    assert_eq!(fs::read_dir(&b.dir).unwrap().count(), 2);
+    for (f, (bytes, mtime)) in ["manifest.json", "weights.bin"].iter().zip(before) {
+        let m = fs::metadata(b.dir.join(f)).unwrap();
+        assert_eq!(fs::read(b.dir.join(f)).unwrap(), bytes);
+        assert_eq!(m.modified().unwrap(), mtime);
+    }
+}
+
+#[test]
+fn manifest_path_opens_its_folder_and_unknown_formats_are_named() {
+    let b = TestBundle::v2();
+    let run = cli(&["audit", b.dir.join("manifest.json").to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for (format, needle) in [("A8MOD001", "A8MOD001"), ("gptq-q4-calibrated-v1", "GPTQ")] {
+        b.edit(|m| m["format"] = json!(format));
+        let run = cli(&["audit", b.dir.to_str().unwrap()]);
+        assert_eq!(run.code, 2);
+        assert!(run.stderr.contains("recognised") && run.stderr.contains("not yet supported"), "{}", run.stderr);
+        assert!(run.stderr.to_lowercase().contains(&needle.to_lowercase()), "{}", run.stderr);
+    }
+    b.write_manifest(&json!({"quantization": {"mode": "nvfp4", "layout": "stacked-global-scale"}}));
+    let run = cli(&["audit", b.dir.to_str().unwrap()]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("mlx-nvfp4"), "{}", run.stderr);
+}
