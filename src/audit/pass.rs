@@ -278,7 +278,7 @@ fn scan_file(
                     s.feed(&data[(from - a) as usize..(to - a) as usize]);
                 }
                 if s.remaining() == 0 {
-                    let s = active.swap_remove(k);
+                    let s = active.remove(k);
                     finish_tensor(bundle, s, emit);
                 } else {
                     k += 1;

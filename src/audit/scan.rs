@@ -77,7 +77,6 @@ enum Kind {
 
 struct Packed {
     kind: PackedKind,
-    row_bytes: u64,
     codes_bytes: u64,
     groups_per_row: u64,
     rows: u64,
@@ -94,7 +93,8 @@ struct PackedAcc {
     hist: Vec<u64>,
     zero_group: Vec<u8>,
     zero_groups: u64,
-    first_reserved: Option<u64>,
+    /// Absolute byte offset and tensor-relative code index of the first reserved code.
+    first_reserved: Option<(u64, u64)>,
     scale_hist: Vec<u32>,
     scale_index: u64,
     groups_per_row: u64,
@@ -174,13 +174,19 @@ impl PackedAcc {
         }
     }
 
-    /// Absolute byte offset of the first reserved code in group `g`.
-    fn locate_reserved(&self, g: &[u8]) -> Option<u64> {
+    /// Byte offset and code index of the first reserved code in group `g`.
+    fn locate_reserved(&self, g: &[u8]) -> Option<(u64, u64)> {
         let bits = self.kind.bits();
         let max = self.kind.max_code();
         (0..64).find_map(|j| {
             let code = decode::code_at(g, bits, j)?;
-            (code > max).then(|| self.start + self.codes_pos + (j as u64 * u64::from(bits)) / 8)
+            let bit = j as u64 * u64::from(bits);
+            (code > max).then(|| {
+                (
+                    self.start + self.codes_pos + bit / 8,
+                    self.codes_pos * 8 / u64::from(bits) + j as u64,
+                )
+            })
         })
     }
 
@@ -284,7 +290,6 @@ impl Scanner {
                 decode::pack_row(&[kind.zero() as u8; 64], bits, &mut zero_group);
                 Kind::Packed(Box::new(Packed {
                     kind,
-                    row_bytes: layout.row_bytes(),
                     codes_bytes: layout.codes_bytes(),
                     groups_per_row: cols / 64,
                     rows,
@@ -389,13 +394,13 @@ impl Scanner {
                 let codes = acc.code_counts();
                 let reserved = codes.reserved();
                 if reserved > 0 {
-                    let at = acc.first_reserved;
-                    let place = at.map_or(String::new(), |at| {
-                        let rel = at - acc.start;
+                    let at = acc.first_reserved.map(|(at, _)| at);
+                    let cols = p.groups_per_row * 64;
+                    let place = acc.first_reserved.map_or(String::new(), |(_, index)| {
                         format!(
-                            "; the first is in row {}, near column {}",
-                            rel / p.row_bytes,
-                            (rel % p.row_bytes) * 8 / u64::from(p.kind.bits())
+                            "; the first is row {}, column {}",
+                            index / cols,
+                            index % cols
                         )
                     });
                     findings.push(
