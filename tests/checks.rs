@@ -38,87 +38,277 @@ fn set_scale(b: &TestBundle, bits: u16) {
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case { check: "manifest.field", also: &[], tensor: None, make: |b| b.edit(|m| {
-            m.as_object_mut().unwrap().remove("profile");
-        }) },
-        Case { check: "manifest.group_size", also: &[], tensor: None, make: |b| b.edit(|m| m["group_size"] = json!(32)) },
-        Case { check: "manifest.tie_word_embeddings", also: &[], tensor: None, make: |b| b.edit(|m| m["tie_word_embeddings"] = json!(false)) },
-        Case { check: "manifest.weights_file", also: &[], tensor: None, make: |b| b.edit(|m| m["weights_file"] = json!("../bundle/weights.bin")) },
-        Case { check: "manifest.tensor_count", also: &["alias.tied_head", "payload.unreferenced", "alias.target"], tensor: None, make: |b| b.edit(|m| m["tensors"] = json!([])) },
-        Case { check: "payload.file", also: &[], tensor: None, make: |b| std::fs::remove_file(b.payload()).unwrap() },
-        Case { check: "payload.length", also: &[], tensor: None, make: |b| b.patch_payload(true, |p| p.extend_from_slice(&[0; 16])) },
-        Case { check: "payload.sha256", also: &[], tensor: None, make: |b| {
-            let at = offset(b, LN, "offset");
-            b.patch_payload(false, |p| p[at] ^= 1);
-        } },
-        Case { check: "payload.unreferenced", also: &[], tensor: None, make: |b| {
-            b.patch_payload(false, |p| p.extend_from_slice(&[0; 2]));
-            b.edit(|m| m["weights_bytes"] = json!(m["weights_bytes"].as_u64().unwrap() + 2));
-            b.rehash();
-        } },
-        Case { check: "record.field", also: &[], tensor: Some("audio_tower.conv1.weight"), make: |b| set_field(b, "audio_tower.conv1.weight", "offset", json!("0")) },
-        Case { check: "record.name_unique", also: &[], tensor: Some("audio_tower.conv1.weight"), make: |b| set_field(b, "audio_tower.conv1.bias", "name", json!("audio_tower.conv1.weight")) },
-        Case { check: "record.bytes", also: &[], tensor: Some(LN), make: |b| set_field(b, LN, "bytes", json!(0)) },
-        Case { check: "record.contiguous", also: &[], tensor: Some(Q_PROJ), make: |b| {
-            let i = b.index(LN);
-            b.edit(|m| m["tensors"].as_array_mut().unwrap().swap(i, i + 1));
-        } },
-        Case { check: "record.within_payload", also: &[], tensor: Some("language_model.model.norm.weight"), make: |b| {
-            let last = b.record("language_model.model.norm.weight");
-            let cut = last["bytes"].as_u64().unwrap() as usize;
-            b.patch_payload(false, |p| p.truncate(p.len() - cut));
-            b.edit(|m| m["weights_bytes"] = json!(m["weights_bytes"].as_u64().unwrap() - cut as u64));
-            b.rehash();
-        } },
-        Case { check: "record.full8_requires_v2", also: &[], tensor: Some(Q_PROJ), make: |b| b.edit(|m| m["format"] = json!("audio8-mixed-bundle-v1")) },
-        Case { check: "record.precision", also: &[], tensor: Some(V_PROJ), make: |b| set_field(b, V_PROJ, "precision", json!("q5")) },
-        Case { check: "dense.format", also: &[], tensor: Some(LN), make: |b| set_field(b, LN, "source_dtype", json!("F64")) },
-        Case { check: "dense.shape", also: &[], tensor: Some(LN), make: |b| set_field(b, LN, "shape", json!(["256"])) },
-        Case { check: "dense.bytes", also: &[], tensor: Some(LN), make: |b| set_field(b, LN, "shape", json!([128])) },
-        Case { check: "dense.finite", also: &[], tensor: Some(LN), make: |b| {
-            let at = offset(b, LN, "offset") + 2 * 17;
-            b.patch_payload(true, |p| p[at..at + 2].copy_from_slice(&0x7fc0u16.to_le_bytes()));
-        } },
-        Case { check: "packed.grid", also: &[], tensor: Some(Q_PROJ), make: |b| {
-            let i = b.index(Q_PROJ);
-            b.edit(|m| { m["tensors"][i].as_object_mut().unwrap().remove("grid"); });
-        } },
-        Case { check: "packed.dimensions", also: &[], tensor: Some(V_PROJ), make: |b| set_field(b, V_PROJ, "shape", json!([256, 100])) },
-        Case { check: "packed.storage", also: &[], tensor: Some(V_PROJ), make: |b| {
-            let rb = b.record(V_PROJ)["row_bytes"].as_u64().unwrap();
-            set_field(b, V_PROJ, "row_bytes", json!(rb + 1));
-        } },
-        Case { check: "packed.scales", also: &[], tensor: Some(V_PROJ), make: |b| set_scale(b, 0x0000) },
-        Case { check: "packed.reserved_code", also: &[], tensor: Some(V_PROJ), make: |b| {
-            let at = offset(b, V_PROJ, "offset") + 100;
-            b.patch_payload(true, |p| p[at] |= 0xf0);
-        } },
-        Case { check: "alias.target", also: &[], tensor: Some("extra.alias"), make: |b| b.edit(|m| m["aliases"]["extra.alias"] = json!("does.not.exist")) },
-        Case { check: "alias.tied_head", also: &[], tensor: Some("language_model.lm_head.weight"), make: |b| b.edit(|m| m["aliases"] = json!({})) },
+        Case {
+            check: "manifest.field",
+            also: &[],
+            tensor: None,
+            make: |b| {
+                b.edit(|m| {
+                    m.as_object_mut().unwrap().remove("profile");
+                })
+            },
+        },
+        Case {
+            check: "manifest.group_size",
+            also: &[],
+            tensor: None,
+            make: |b| b.edit(|m| m["group_size"] = json!(32)),
+        },
+        Case {
+            check: "manifest.tie_word_embeddings",
+            also: &[],
+            tensor: None,
+            make: |b| b.edit(|m| m["tie_word_embeddings"] = json!(false)),
+        },
+        Case {
+            check: "manifest.weights_file",
+            also: &[],
+            tensor: None,
+            make: |b| b.edit(|m| m["weights_file"] = json!("../bundle/weights.bin")),
+        },
+        Case {
+            check: "manifest.tensor_count",
+            also: &["alias.tied_head", "payload.unreferenced", "alias.target"],
+            tensor: None,
+            make: |b| b.edit(|m| m["tensors"] = json!([])),
+        },
+        Case {
+            check: "payload.file",
+            also: &[],
+            tensor: None,
+            make: |b| std::fs::remove_file(b.payload()).unwrap(),
+        },
+        Case {
+            check: "payload.length",
+            also: &[],
+            tensor: None,
+            make: |b| b.patch_payload(true, |p| p.extend_from_slice(&[0; 16])),
+        },
+        Case {
+            check: "payload.sha256",
+            also: &[],
+            tensor: None,
+            make: |b| {
+                let at = offset(b, LN, "offset");
+                b.patch_payload(false, |p| p[at] ^= 1);
+            },
+        },
+        Case {
+            check: "payload.unreferenced",
+            also: &[],
+            tensor: None,
+            make: |b| {
+                b.patch_payload(false, |p| p.extend_from_slice(&[0; 2]));
+                b.edit(|m| m["weights_bytes"] = json!(m["weights_bytes"].as_u64().unwrap() + 2));
+                b.rehash();
+            },
+        },
+        Case {
+            check: "record.field",
+            also: &[],
+            tensor: Some("audio_tower.conv1.weight"),
+            make: |b| set_field(b, "audio_tower.conv1.weight", "offset", json!("0")),
+        },
+        Case {
+            check: "record.name_unique",
+            also: &[],
+            tensor: Some("audio_tower.conv1.weight"),
+            make: |b| {
+                set_field(
+                    b,
+                    "audio_tower.conv1.bias",
+                    "name",
+                    json!("audio_tower.conv1.weight"),
+                )
+            },
+        },
+        Case {
+            check: "record.bytes",
+            also: &[],
+            tensor: Some(LN),
+            make: |b| set_field(b, LN, "bytes", json!(0)),
+        },
+        Case {
+            check: "record.contiguous",
+            also: &[],
+            tensor: Some(Q_PROJ),
+            make: |b| {
+                let i = b.index(LN);
+                b.edit(|m| m["tensors"].as_array_mut().unwrap().swap(i, i + 1));
+            },
+        },
+        Case {
+            check: "record.within_payload",
+            also: &[],
+            tensor: Some("language_model.model.norm.weight"),
+            make: |b| {
+                let last = b.record("language_model.model.norm.weight");
+                let cut = last["bytes"].as_u64().unwrap() as usize;
+                b.patch_payload(false, |p| p.truncate(p.len() - cut));
+                b.edit(|m| {
+                    m["weights_bytes"] = json!(m["weights_bytes"].as_u64().unwrap() - cut as u64)
+                });
+                b.rehash();
+            },
+        },
+        Case {
+            check: "record.full8_requires_v2",
+            also: &[],
+            tensor: Some(Q_PROJ),
+            make: |b| b.edit(|m| m["format"] = json!("audio8-mixed-bundle-v1")),
+        },
+        Case {
+            check: "record.precision",
+            also: &[],
+            tensor: Some(V_PROJ),
+            make: |b| set_field(b, V_PROJ, "precision", json!("q5")),
+        },
+        Case {
+            check: "dense.format",
+            also: &[],
+            tensor: Some(LN),
+            make: |b| set_field(b, LN, "source_dtype", json!("F64")),
+        },
+        Case {
+            check: "dense.shape",
+            also: &[],
+            tensor: Some(LN),
+            make: |b| set_field(b, LN, "shape", json!(["256"])),
+        },
+        Case {
+            check: "dense.bytes",
+            also: &[],
+            tensor: Some(LN),
+            make: |b| set_field(b, LN, "shape", json!([128])),
+        },
+        Case {
+            check: "dense.finite",
+            also: &[],
+            tensor: Some(LN),
+            make: |b| {
+                let at = offset(b, LN, "offset") + 2 * 17;
+                b.patch_payload(true, |p| {
+                    p[at..at + 2].copy_from_slice(&0x7fc0u16.to_le_bytes())
+                });
+            },
+        },
+        Case {
+            check: "packed.grid",
+            also: &[],
+            tensor: Some(Q_PROJ),
+            make: |b| {
+                let i = b.index(Q_PROJ);
+                b.edit(|m| {
+                    m["tensors"][i].as_object_mut().unwrap().remove("grid");
+                });
+            },
+        },
+        Case {
+            check: "packed.dimensions",
+            also: &[],
+            tensor: Some(V_PROJ),
+            make: |b| set_field(b, V_PROJ, "shape", json!([256, 100])),
+        },
+        Case {
+            check: "packed.storage",
+            also: &[],
+            tensor: Some(V_PROJ),
+            make: |b| {
+                let rb = b.record(V_PROJ)["row_bytes"].as_u64().unwrap();
+                set_field(b, V_PROJ, "row_bytes", json!(rb + 1));
+            },
+        },
+        Case {
+            check: "packed.scales",
+            also: &[],
+            tensor: Some(V_PROJ),
+            make: |b| set_scale(b, 0x0000),
+        },
+        Case {
+            check: "packed.reserved_code",
+            also: &[],
+            tensor: Some(V_PROJ),
+            make: |b| {
+                let at = offset(b, V_PROJ, "offset") + 100;
+                b.patch_payload(true, |p| p[at] |= 0xf0);
+            },
+        },
+        Case {
+            check: "alias.target",
+            also: &[],
+            tensor: Some("extra.alias"),
+            make: |b| b.edit(|m| m["aliases"]["extra.alias"] = json!("does.not.exist")),
+        },
+        Case {
+            check: "alias.tied_head",
+            also: &[],
+            tensor: Some("language_model.lm_head.weight"),
+            make: |b| b.edit(|m| m["aliases"] = json!({})),
+        },
     ]
 }
 
 /// Extra corruptions of the same checks, for broader coverage.
 pub fn variants() -> Vec<Case> {
     vec![
-        Case { check: "packed.scales", also: &[], tensor: Some(V_PROJ), make: |b| set_scale(b, 0xbc00) },
-        Case { check: "packed.scales", also: &[], tensor: Some(V_PROJ), make: |b| set_scale(b, 0x7c00) },
-        Case { check: "packed.scales", also: &[], tensor: Some(V_PROJ), make: |b| set_scale(b, 0x7e01) },
-        Case { check: "packed.reserved_code", also: &[], tensor: Some(GATE), make: |b| {
-            // Code 2 of row 5 straddles bytes: bits 6..9.
-            let row_bytes = b.record(GATE)["row_bytes"].as_u64().unwrap() as usize;
-            let at = offset(b, GATE, "offset") + 5 * row_bytes;
-            b.patch_payload(true, |p| { p[at] |= 0xc0; p[at + 1] |= 0x01; });
-        } },
-        Case { check: "packed.grid", also: &[], tensor: Some(V_PROJ), make: |b| set_field(b, V_PROJ, "grid", bundlescope::format::audio8::full8_grid()) },
-        Case { check: "payload.file", also: &[], tensor: None, make: |b| {
-            std::fs::remove_file(b.payload()).unwrap();
-            std::fs::create_dir(b.payload()).unwrap();
-        } },
-        Case { check: "dense.finite", also: &[], tensor: Some("language_model.model.norm.weight"), make: |b| {
-            let at = offset(b, "language_model.model.norm.weight", "offset") + 4 * 3;
-            b.patch_payload(true, |p| p[at..at + 4].copy_from_slice(&f32::INFINITY.to_le_bytes()));
-        } },
+        Case {
+            check: "packed.scales",
+            also: &[],
+            tensor: Some(V_PROJ),
+            make: |b| set_scale(b, 0xbc00),
+        },
+        Case {
+            check: "packed.scales",
+            also: &[],
+            tensor: Some(V_PROJ),
+            make: |b| set_scale(b, 0x7c00),
+        },
+        Case {
+            check: "packed.scales",
+            also: &[],
+            tensor: Some(V_PROJ),
+            make: |b| set_scale(b, 0x7e01),
+        },
+        Case {
+            check: "packed.reserved_code",
+            also: &[],
+            tensor: Some(GATE),
+            make: |b| {
+                // Code 2 of row 5 straddles bytes: bits 6..9.
+                let row_bytes = b.record(GATE)["row_bytes"].as_u64().unwrap() as usize;
+                let at = offset(b, GATE, "offset") + 5 * row_bytes;
+                b.patch_payload(true, |p| {
+                    p[at] |= 0xc0;
+                    p[at + 1] |= 0x01;
+                });
+            },
+        },
+        Case {
+            check: "packed.grid",
+            also: &[],
+            tensor: Some(V_PROJ),
+            make: |b| set_field(b, V_PROJ, "grid", bundlescope::format::audio8::full8_grid()),
+        },
+        Case {
+            check: "payload.file",
+            also: &[],
+            tensor: None,
+            make: |b| {
+                std::fs::remove_file(b.payload()).unwrap();
+                std::fs::create_dir(b.payload()).unwrap();
+            },
+        },
+        Case {
+            check: "dense.finite",
+            also: &[],
+            tensor: Some("language_model.model.norm.weight"),
+            make: |b| {
+                let at = offset(b, "language_model.model.norm.weight", "offset") + 4 * 3;
+                b.patch_payload(true, |p| {
+                    p[at..at + 4].copy_from_slice(&f32::INFINITY.to_le_bytes())
+                });
+            },
+        },
     ]
 }
 
@@ -129,9 +319,18 @@ fn assert_case(case: &Case) {
     assert_eq!(run.code, 1, "{}: exit code\n{}", case.check, run.stderr);
     let report = run.json();
     assert_eq!(report["verdict"], "invalid", "{}", case.check);
-    let mut want: Vec<String> = std::iter::once(case.check).chain(case.also.iter().copied()).map(String::from).collect();
+    let mut want: Vec<String> = std::iter::once(case.check)
+        .chain(case.also.iter().copied())
+        .map(String::from)
+        .collect();
     want.sort();
-    assert_eq!(error_checks(&report), want, "{}: {:#}", case.check, report["findings"]);
+    assert_eq!(
+        error_checks(&report),
+        want,
+        "{}: {:#}",
+        case.check,
+        report["findings"]
+    );
     let hits = findings_of(&report, case.check);
     assert!(!hits.is_empty());
     if let Some(t) = case.tensor {
@@ -142,7 +341,10 @@ fn assert_case(case: &Case) {
         );
     }
     for f in &hits {
-        assert!(f["message"].as_str().is_some_and(|m| m.len() > 20), "terse message: {f}");
+        assert!(
+            f["message"].as_str().is_some_and(|m| m.len() > 20),
+            "terse message: {f}"
+        );
     }
 }
 
@@ -204,7 +406,10 @@ fn every_documented_check_has_a_case() {
 
 #[test]
 fn untouched_samples_are_valid() {
-    for format in [bundlescope::sample::SampleFormat::Audio8V1, bundlescope::sample::SampleFormat::Audio8V2] {
+    for format in [
+        bundlescope::sample::SampleFormat::Audio8V1,
+        bundlescope::sample::SampleFormat::Audio8V2,
+    ] {
         let b = TestBundle::sample(format);
         let run = audit_json(&b.dir);
         assert_eq!(run.code, 0, "{}", run.stdout);
@@ -233,16 +438,26 @@ fn seed_loader_agrees_on_every_corruption() {
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/seed/run_seed.py");
     let probe = run_python(&["-c", "import mlx.core, numpy"]);
-    if !require_or_skip("Python with mlx and numpy", probe.is_some_and(|o| o.status.success())) {
+    if !require_or_skip(
+        "Python with mlx and numpy",
+        probe.is_some_and(|o| o.status.success()),
+    ) {
         return;
     }
     let seed_verdict = |b: &TestBundle| -> Value {
         let out = run_python(&[script, seed.to_str().unwrap(), b.dir.to_str().unwrap()]).unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     };
     // Valid bundles: same verdict and the same resident bytes per tensor.
-    for format in [bundlescope::sample::SampleFormat::Audio8V1, bundlescope::sample::SampleFormat::Audio8V2] {
+    for format in [
+        bundlescope::sample::SampleFormat::Audio8V1,
+        bundlescope::sample::SampleFormat::Audio8V2,
+    ] {
         let b = TestBundle::sample(format);
         let ours = audit_json(&b.dir).json();
         let theirs = seed_verdict(&b);
@@ -260,7 +475,11 @@ fn seed_loader_agrees_on_every_corruption() {
         assert_eq!(ours["totals"]["resident_bytes"], theirs["total_nbytes"]);
         for alias in rows.iter().filter(|t| !t["alias_of"].is_null()) {
             assert_eq!(alias["resident_bytes"], 0);
-            assert!(theirs["aliases"].get(alias["name"].as_str().unwrap()).is_some());
+            assert!(
+                theirs["aliases"]
+                    .get(alias["name"].as_str().unwrap())
+                    .is_some()
+            );
         }
     }
     for case in cases().iter().chain(variants().iter()) {
@@ -268,6 +487,10 @@ fn seed_loader_agrees_on_every_corruption() {
         (case.make)(&b);
         let ours = audit_json(&b.dir).json();
         let theirs = seed_verdict(&b);
-        assert_eq!(ours["verdict"], theirs["verdict"], "{}: seed says {}", case.check, theirs["error"]);
+        assert_eq!(
+            ours["verdict"], theirs["verdict"],
+            "{}: seed says {}",
+            case.check, theirs["error"]
+        );
     }
 }

@@ -11,7 +11,12 @@ use bundlescope::report::ReportBuilder;
 use common::*;
 use serde_json::Value;
 
-fn run_collect(dir: &std::path::Path, options: &Options, cancel: &CancelToken, on: impl Fn(&Event) + Sync) -> Vec<Event> {
+fn run_collect(
+    dir: &std::path::Path,
+    options: &Options,
+    cancel: &CancelToken,
+    on: impl Fn(&Event) + Sync,
+) -> Vec<Event> {
     let events = Mutex::new(Vec::new());
     audit::run(dir, options, cancel, &|e: Event| {
         on(&e);
@@ -33,13 +38,27 @@ fn report_of(events: &[Event], dir: &std::path::Path) -> Value {
 #[test]
 fn events_arrive_in_order_and_finish_once() {
     let b = TestBundle::v2();
-    let opts = Options { chunk_bytes: Some(64 * 1024) };
+    let opts = Options {
+        chunk_bytes: Some(64 * 1024),
+    };
     let events = run_collect(&b.dir, &opts, &CancelToken::default(), |_| {});
     assert!(matches!(events.first(), Some(Event::Opened(_))));
     assert!(matches!(events.last(), Some(Event::Finished(Ok(o))) if o.valid));
-    assert_eq!(events.iter().filter(|e| matches!(e, Event::Finished(_))).count(), 1);
-    let started = events.iter().position(|e| matches!(e, Event::Started { .. })).unwrap();
-    let first_progress = events.iter().position(|e| matches!(e, Event::HashProgress { .. })).unwrap();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Finished(_)))
+            .count(),
+        1
+    );
+    let started = events
+        .iter()
+        .position(|e| matches!(e, Event::Started { .. }))
+        .unwrap();
+    let first_progress = events
+        .iter()
+        .position(|e| matches!(e, Event::HashProgress { .. }))
+        .unwrap();
     assert!(started < first_progress);
     let mut last = 0;
     let mut progress = 0;
@@ -50,10 +69,22 @@ fn events_arrive_in_order_and_finish_once() {
             progress += 1;
         }
     }
-    assert!(progress > 10, "a 1 MiB payload in 64 KiB chunks reports progress often");
-    let Some(Event::Opened(bundle)) = events.first() else { unreachable!() };
-    let scanned = bundle.tensors.iter().filter(|t| t.alias_of.is_none()).count();
-    let done = events.iter().filter(|e| matches!(e, Event::TensorDone { .. })).count();
+    assert!(
+        progress > 10,
+        "a 1 MiB payload in 64 KiB chunks reports progress often"
+    );
+    let Some(Event::Opened(bundle)) = events.first() else {
+        unreachable!()
+    };
+    let scanned = bundle
+        .tensors
+        .iter()
+        .filter(|t| t.alias_of.is_none())
+        .count();
+    let done = events
+        .iter()
+        .filter(|e| matches!(e, Event::TensorDone { .. }))
+        .count();
     assert_eq!(done, scanned);
 }
 
@@ -61,14 +92,22 @@ fn events_arrive_in_order_and_finish_once() {
 fn cancel_stops_the_audit() {
     let b = TestBundle::v2();
     let cancel = CancelToken::default();
-    let opts = Options { chunk_bytes: Some(4096) };
+    let opts = Options {
+        chunk_bytes: Some(4096),
+    };
     let events = run_collect(&b.dir, &opts, &cancel, |e| {
         if matches!(e, Event::HashProgress { .. }) {
             cancel.cancel();
         }
     });
-    assert!(matches!(events.last(), Some(Event::Finished(Err(Failure::Cancelled)))));
-    let progress = events.iter().filter(|e| matches!(e, Event::HashProgress { .. })).count();
+    assert!(matches!(
+        events.last(),
+        Some(Event::Finished(Err(Failure::Cancelled)))
+    ));
+    let progress = events
+        .iter()
+        .filter(|e| matches!(e, Event::HashProgress { .. }))
+        .count();
     assert!(progress < 5, "kept reading after cancel: {progress} chunks");
 }
 
@@ -78,7 +117,14 @@ fn spawned_audit_streams_over_the_channel_and_can_be_cancelled() {
     let handle = audit::spawn(b.dir.clone(), Options::default(), None).unwrap();
     let events: Vec<Event> = handle.events.iter().collect();
     assert!(matches!(events.last(), Some(Event::Finished(Ok(o))) if o.valid));
-    let handle = audit::spawn(b.dir.clone(), Options { chunk_bytes: Some(64) }, None).unwrap();
+    let handle = audit::spawn(
+        b.dir.clone(),
+        Options {
+            chunk_bytes: Some(64),
+        },
+        None,
+    )
+    .unwrap();
     handle.cancel_and_join(); // must return promptly, not deadlock on a full channel
 }
 
@@ -87,10 +133,17 @@ fn a_bundle_changed_during_the_audit_is_reported() {
     let b = TestBundle::v2();
     let payload = b.payload();
     let touched = std::sync::atomic::AtomicBool::new(false);
-    let opts = Options { chunk_bytes: Some(4096) };
+    let opts = Options {
+        chunk_bytes: Some(4096),
+    };
     let events = run_collect(&b.dir, &opts, &CancelToken::default(), |e| {
-        if matches!(e, Event::HashProgress { .. }) && !touched.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            let mut f = std::fs::OpenOptions::new().append(true).open(&payload).unwrap();
+        if matches!(e, Event::HashProgress { .. })
+            && !touched.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&payload)
+                .unwrap();
             std::io::Write::write_all(&mut f, b"appended").unwrap();
         }
     });
@@ -107,15 +160,24 @@ fn a_manifest_rewritten_during_the_audit_is_reported() {
     let manifest = b.dir.join("manifest.json");
     let text = std::fs::read_to_string(&manifest).unwrap();
     let touched = std::sync::atomic::AtomicBool::new(false);
-    let opts = Options { chunk_bytes: Some(4096) };
+    let opts = Options {
+        chunk_bytes: Some(4096),
+    };
     let events = run_collect(&b.dir, &opts, &CancelToken::default(), |e| {
-        if matches!(e, Event::HashProgress { .. }) && !touched.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        if matches!(e, Event::HashProgress { .. })
+            && !touched.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
             // Same length, other content: only the hash can tell.
             std::fs::write(&manifest, text.replacen("mixed", "MIXED", 1)).unwrap();
         }
     });
     let r = report_of(&events, &b.dir);
-    assert_eq!(findings_of(&r, "bundle.changed").len(), 1, "{:#}", r["findings"]);
+    assert_eq!(
+        findings_of(&r, "bundle.changed").len(),
+        1,
+        "{:#}",
+        r["findings"]
+    );
 }
 
 #[test]
@@ -124,7 +186,10 @@ fn results_do_not_depend_on_chunk_size() {
     let b = TestBundle::v2();
     let gate = b.record("language_model.model.layers.1.mlp.gate_proj.weight");
     let v = b.record("language_model.model.layers.1.self_attn.v_proj.weight");
-    let (g, s) = (gate["offset"].as_u64().unwrap() as usize, v["scales_offset"].as_u64().unwrap() as usize);
+    let (g, s) = (
+        gate["offset"].as_u64().unwrap() as usize,
+        v["scales_offset"].as_u64().unwrap() as usize,
+    );
     b.patch_payload(true, |p| {
         p[g + 4 * 24 + 1] |= 0x0e; // q3 code 7 somewhere in group 4
         p[s + 6..s + 8].copy_from_slice(&0x7e00u16.to_le_bytes());
@@ -132,20 +197,46 @@ fn results_do_not_depend_on_chunk_size() {
     let reports: Vec<Value> = [1 << 23, 4097, 333, 64]
         .iter()
         .map(|&c| {
-            let events = run_collect(&b.dir, &Options { chunk_bytes: Some(c) }, &CancelToken::default(), |_| {});
+            let events = run_collect(
+                &b.dir,
+                &Options {
+                    chunk_bytes: Some(c),
+                },
+                &CancelToken::default(),
+                |_| {},
+            );
             report_of(&events, &b.dir)
         })
         .collect();
-    assert_eq!(error_checks(&reports[0]), vec!["packed.reserved_code", "packed.scales"]);
+    assert_eq!(
+        error_checks(&reports[0]),
+        vec!["packed.reserved_code", "packed.scales"]
+    );
     // Group 4 of a 256-column q3 matrix is row 1; byte 1 of it holds code 3's low bits.
     let reserved = findings_of(&reports[0], "packed.reserved_code");
-    assert!(reserved[0]["message"].as_str().unwrap().contains("row 1, column 3"), "{}", reserved[0]);
+    assert!(
+        reserved[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("row 1, column 3"),
+        "{}",
+        reserved[0]
+    );
     assert_eq!(reserved[0]["offset"], (g + 4 * 24 + 1) as u64);
     for r in &reports[1..] {
         assert_eq!(r["findings"], reports[0]["findings"]);
-        for (a, b) in r["tensors"].as_array().unwrap().iter().zip(reports[0]["tensors"].as_array().unwrap()) {
+        for (a, b) in r["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(reports[0]["tensors"].as_array().unwrap())
+        {
             assert_eq!(a["stats"]["codes"], b["stats"]["codes"], "{}", a["name"]);
-            assert_eq!(a["stats"]["quality"], b["stats"]["quality"], "{}", a["name"]);
+            assert_eq!(
+                a["stats"]["quality"], b["stats"]["quality"],
+                "{}",
+                a["name"]
+            );
             assert_eq!(a["stats"], b["stats"], "{}", a["name"]);
         }
         assert_eq!(r, &reports[0]);

@@ -10,7 +10,11 @@ use serde_json::json;
 
 fn expect_code(dir: &std::path::Path, code: i32) -> Run {
     let run = cli(&["audit", dir.to_str().unwrap()]);
-    assert_eq!(run.code, code, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    assert_eq!(
+        run.code, code,
+        "stdout: {}\nstderr: {}",
+        run.stdout, run.stderr
+    );
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
     run
 }
@@ -82,8 +86,18 @@ fn wrong_shaped_json_gets_findings_not_panics() {
     assert_eq!(run.code, 1, "{}", run.stderr);
     let r = run.json();
     let checks = error_checks(&r);
-    for id in ["manifest.field", "manifest.group_size", "record.field", "record.bytes", "packed.dimensions", "dense.shape"] {
-        assert!(checks.contains(&id.to_string()), "{id} missing from {checks:?}");
+    for id in [
+        "manifest.field",
+        "manifest.group_size",
+        "record.field",
+        "record.bytes",
+        "packed.dimensions",
+        "dense.shape",
+    ] {
+        assert!(
+            checks.contains(&id.to_string()),
+            "{id} missing from {checks:?}"
+        );
     }
 }
 
@@ -123,7 +137,10 @@ fn too_many_records_are_bounded() {
 fn payload_fifo_does_not_hang() {
     let b = TestBundle::v2();
     fs::remove_file(b.payload()).unwrap();
-    let status = std::process::Command::new("mkfifo").arg(b.payload()).status().unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(b.payload())
+        .status()
+        .unwrap();
     assert!(status.success());
     let run = cli(&["audit", b.dir.to_str().unwrap(), "--json"]);
     assert_eq!(run.code, 1);
@@ -156,7 +173,8 @@ fn truncated_payload_names_the_tensor_it_ends_in() {
     let r = run.json();
     let hits = findings_of(&r, "payload.length");
     assert!(
-        hits.iter().any(|f| f["tensor"] == "language_model.model.layers.1.mlp.up_proj.weight"),
+        hits.iter()
+            .any(|f| f["tensor"] == "language_model.model.layers.1.mlp.up_proj.weight"),
         "{hits:#?}"
     );
 }
@@ -189,8 +207,16 @@ fn manifest_path_opens_its_folder_and_unknown_formats_are_named() {
         b.edit(|m| m["format"] = json!(format));
         let run = cli(&["audit", b.dir.to_str().unwrap()]);
         assert_eq!(run.code, 2);
-        assert!(run.stderr.contains("recognised") && run.stderr.contains("not yet supported"), "{}", run.stderr);
-        assert!(run.stderr.to_lowercase().contains(&needle.to_lowercase()), "{}", run.stderr);
+        assert!(
+            run.stderr.contains("recognised") && run.stderr.contains("not yet supported"),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.to_lowercase().contains(&needle.to_lowercase()),
+            "{}",
+            run.stderr
+        );
     }
     b.write_manifest(&json!({"quantization": {"mode": "nvfp4", "layout": "stacked-global-scale"}}));
     let run = cli(&["audit", b.dir.to_str().unwrap()]);

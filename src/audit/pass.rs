@@ -61,7 +61,10 @@ pub fn payload(bundle: &Bundle, options: &Options, cancel: &CancelToken, emit: S
         })
         .collect::<Vec<_>>();
     let total_bytes = files.iter().map(|f| f.bytes).sum();
-    let starts: Vec<Option<Ident>> = opened.iter().map(|o| o.as_ref().map(|(_, id)| id.clone())).collect();
+    let starts: Vec<Option<Ident>> = opened
+        .iter()
+        .map(|o| o.as_ref().map(|(_, id)| id.clone()))
+        .collect();
     emit(Event::Started { files, total_bytes });
 
     let mut scanners: Vec<Vec<Scanner>> = (0..bundle.files.len()).map(|_| Vec::new()).collect();
@@ -94,7 +97,9 @@ pub fn payload(bundle: &Bundle, options: &Options, cancel: &CancelToken, emit: S
                 .spawn_scoped(scope, move || {
                     loop {
                         let job = queue.lock().ok().and_then(|mut q| q.next());
-                        let Some((i, file, id, scanners)) = job else { break };
+                        let Some((i, file, id, scanners)) = job else {
+                            break;
+                        };
                         if cancel.is_cancelled() {
                             break;
                         }
@@ -145,7 +150,11 @@ fn open_file(f: &PayloadFile, emit: Sink) -> Option<(File, Ident)> {
         return fail(format!(
             "payload {} is {}, not a regular file",
             f.name,
-            if meta.is_dir() { "a directory" } else { "a special file" }
+            if meta.is_dir() {
+                "a directory"
+            } else {
+                "a special file"
+            }
         ));
     }
     let id = ident(&meta);
@@ -171,7 +180,10 @@ fn open_file(f: &PayloadFile, emit: Sink) -> Option<(File, Ident)> {
     }
     match File::open(&f.path) {
         Ok(file) => Some((file, id)),
-        Err(e) => fail(format!("cannot open payload file {} for reading: {e}", f.name)),
+        Err(e) => fail(format!(
+            "cannot open payload file {} for reading: {e}",
+            f.name
+        )),
     }
 }
 
@@ -345,7 +357,10 @@ fn scan_file(
         (Some(false), Some(expected)) => emit(Event::Finding(
             Finding::error(
                 c::PAYLOAD_SHA256,
-                format!("SHA-256 of {} is {sha}, the manifest says {expected}", info.name),
+                format!(
+                    "SHA-256 of {} is {sha}, the manifest says {expected}",
+                    info.name
+                ),
             )
             .field(info.name.clone()),
         )),
@@ -391,11 +406,20 @@ fn finish_tensor(bundle: &Bundle, s: Scanner, emit: Sink) {
     });
 }
 
-fn end_checks(bundle: &Bundle, manifest_before: Option<Ident>, starts: &[Option<Ident>], emit: Sink) {
+fn end_checks(
+    bundle: &Bundle,
+    manifest_before: Option<Ident>,
+    starts: &[Option<Ident>],
+    emit: Sink,
+) {
     let mut changed = Vec::new();
     let manifest_now = fs::metadata(&bundle.manifest_path).ok().map(|m| ident(&m));
     if manifest_now != manifest_before {
-        changed.push(describe_change("manifest.json", manifest_before.as_ref(), manifest_now.as_ref()));
+        changed.push(describe_change(
+            "manifest.json",
+            manifest_before.as_ref(),
+            manifest_now.as_ref(),
+        ));
     } else {
         match read_capped(&bundle.manifest_path, crate::format::MAX_MANIFEST_BYTES) {
             Ok(bytes) if sha256_hex(&bytes) == bundle.provenance.manifest_sha256 => {}
@@ -427,7 +451,9 @@ fn end_checks(bundle: &Bundle, manifest_before: Option<Ident>, starts: &[Option<
 
 fn describe_change(name: &str, before: Option<&Ident>, now: Option<&Ident>) -> String {
     match (before, now) {
-        (Some(b), Some(n)) if b.len != n.len => format!("{name} went from {} to {} bytes", b.len, n.len),
+        (Some(b), Some(n)) if b.len != n.len => {
+            format!("{name} went from {} to {} bytes", b.len, n.len)
+        }
         (Some(b), Some(n)) if b.inode != n.inode || b.device != n.device => {
             format!("{name} was replaced by another file")
         }
@@ -437,4 +463,3 @@ fn describe_change(name: &str, before: Option<&Ident>, now: Option<&Ident>) -> S
         (None, None) => format!("{name} cannot be inspected"),
     }
 }
-

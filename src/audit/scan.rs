@@ -132,7 +132,11 @@ fn has_nibble_15(bytes: &[u8]) -> bool {
         let hi = (x >> 4) & LO_NIBBLES;
         acc |= ((lo + ONES) | (hi + ONES)) & BIT4;
     }
-    acc != 0 || words.remainder().iter().any(|b| b & 0x0f == 0x0f || b >> 4 == 0x0f)
+    acc != 0
+        || words
+            .remainder()
+            .iter()
+            .any(|b| b & 0x0f == 0x0f || b >> 4 == 0x0f)
 }
 
 /// Does this 24-bit unit hold a 3-bit code 7?

@@ -83,8 +83,16 @@ pub fn run(a: Args) -> Result<i32> {
 }
 
 fn print_summary(r: &Report) {
-    let errors = r.findings.iter().filter(|f| f.severity == Severity::Error).count();
-    let warnings = r.findings.iter().filter(|f| f.severity == Severity::Warning).count();
+    let errors = r
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Error)
+        .count();
+    let warnings = r
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Warning)
+        .count();
     println!(
         "{}  ({})",
         r.bundle.path,

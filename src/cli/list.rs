@@ -37,7 +37,13 @@ pub fn run(a: Args) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(super::EXIT_OK);
     }
-    let width = bundle.tensors.iter().map(|t| t.name.len()).max().unwrap_or(4).min(72);
+    let width = bundle
+        .tensors
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .min(72);
     println!(
         "{:<width$}  {:<9} {:<14} {:<5} {:>12} {:>12}",
         "name", "precision", "shape", "dtype", "bytes", "resident"

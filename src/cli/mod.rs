@@ -2,6 +2,7 @@
 //! 1 invalid, 2 could not run.
 
 mod audit;
+mod checks;
 mod list;
 mod sample;
 
@@ -17,7 +18,11 @@ pub const EXIT_INVALID: i32 = 1;
 pub const EXIT_ERROR: i32 = 2;
 
 #[derive(Parser)]
-#[command(name = "bundlescope", version, about = "Inspect and audit quantized ML weight bundles")]
+#[command(
+    name = "bundlescope",
+    version,
+    about = "Inspect and audit quantized ML weight bundles"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -36,6 +41,8 @@ enum Command {
     List(list::Args),
     /// Write a valid sample bundle.
     Sample(sample::Args),
+    /// List every check with its id and rule.
+    Checks(checks::Args),
 }
 
 /// Parses the command line and runs it; returns the exit code.
@@ -52,6 +59,7 @@ pub fn main() -> i32 {
         Some(Command::Audit(a)) => audit::run(a),
         Some(Command::List(a)) => list::run(a),
         Some(Command::Sample(a)) => sample::run(a),
+        Some(Command::Checks(a)) => checks::run(a),
         None => open_demo_or_dir(cli.dir, cli.demo),
     };
     match result {

@@ -23,8 +23,12 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let format = SampleFormat::parse(&a.format)
-        .ok_or_else(|| anyhow!("unknown sample format {:?} (expected audio8-v2 or audio8-v1)", a.format))?;
+    let format = SampleFormat::parse(&a.format).ok_or_else(|| {
+        anyhow!(
+            "unknown sample format {:?} (expected audio8-v2 or audio8-v1)",
+            a.format
+        )
+    })?;
     let s = sample::write(
         &a.dir,
         &SampleOptions {
@@ -41,4 +45,3 @@ pub fn run(a: Args) -> Result<i32> {
     );
     Ok(super::EXIT_OK)
 }
-

@@ -49,7 +49,11 @@ impl CodeCounts {
             return 0.0;
         }
         let lo = self.counts.first().copied().unwrap_or(0);
-        let hi = self.counts.get(usize::from(self.max_code)).copied().unwrap_or(0);
+        let hi = self
+            .counts
+            .get(usize::from(self.max_code))
+            .copied()
+            .unwrap_or(0);
         (lo + hi) as f64 / n as f64
     }
 
@@ -246,11 +250,7 @@ pub enum Pattern16 {
 pub const VALUE_BINS: usize = 64;
 
 /// Summarises dense values from exact moments and a 16-bit pattern histogram.
-pub fn summarise_values(
-    hist: &[u32],
-    pattern: Pattern16,
-    moments: &Moments,
-) -> ValueSummary {
+pub fn summarise_values(hist: &[u32], pattern: Pattern16, moments: &Moments) -> ValueSummary {
     let decode = |h: u16| match pattern {
         Pattern16::F16 => f16_to_f32(h),
         Pattern16::Bf16 => bf16_to_f32(h),
@@ -258,12 +258,20 @@ pub fn summarise_values(
     let (min, max) = (moments.min, moments.max);
     let mut bins = Vec::new();
     if moments.count > moments.nonfinite && min.is_finite() && max.is_finite() {
-        let width = if max > min { (max - min) / VALUE_BINS as f64 } else { 1.0 };
+        let width = if max > min {
+            (max - min) / VALUE_BINS as f64
+        } else {
+            1.0
+        };
         let n = if max > min { VALUE_BINS } else { 1 };
         for i in 0..n {
             bins.push(Bin {
                 lo: min + width * i as f64,
-                hi: if i + 1 == n { max } else { min + width * (i + 1) as f64 },
+                hi: if i + 1 == n {
+                    max
+                } else {
+                    min + width * (i + 1) as f64
+                },
                 count: 0,
             });
         }
@@ -282,8 +290,16 @@ pub fn summarise_values(
         }
     }
     let finite = (moments.count - moments.nonfinite) as f64;
-    let mean = if finite > 0.0 { moments.sum / finite } else { f64::NAN };
-    let var = if finite > 0.0 { (moments.sum_sq / finite - mean * mean).max(0.0) } else { f64::NAN };
+    let mean = if finite > 0.0 {
+        moments.sum / finite
+    } else {
+        f64::NAN
+    };
+    let var = if finite > 0.0 {
+        (moments.sum_sq / finite - mean * mean).max(0.0)
+    } else {
+        f64::NAN
+    };
     ValueSummary {
         count: moments.count,
         nonfinite: moments.nonfinite,
@@ -367,7 +383,12 @@ mod tests {
     use super::*;
 
     fn counts(bits: u32, zero: i32, max: u8, c: Vec<u64>) -> CodeCounts {
-        CodeCounts { bits, zero, max_code: max, counts: c }
+        CodeCounts {
+            bits,
+            zero,
+            max_code: max,
+            counts: c,
+        }
     }
 
     #[test]
@@ -377,7 +398,10 @@ mod tests {
         let cc = counts(4, 7, 14, c);
         assert_eq!(cc.entropy_bits(), 0.0);
         assert_eq!(cc.clipping_share(), 0.0);
-        assert_eq!(cc.unused_levels(), vec![-7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(
+            cc.unused_levels(),
+            vec![-7, -6, -5, -4, -3, -2, -1, 1, 2, 3, 4, 5, 6, 7]
+        );
     }
 
     #[test]

@@ -72,8 +72,11 @@ pub fn parse(
     for key in REQUIRED {
         if !m.contains_key(*key) {
             f.push(
-                Finding::error(c::MANIFEST_FIELD, format!("required key '{key}' is missing"))
-                    .field(*key),
+                Finding::error(
+                    c::MANIFEST_FIELD,
+                    format!("required key '{key}' is missing"),
+                )
+                .field(*key),
             );
         }
     }
@@ -442,7 +445,10 @@ impl Records {
             .get("source_dtype")
             .and_then(Value::as_str)
             .map(str::to_string);
-        let encoding = obj.get("encoding").and_then(Value::as_str).map(str::to_string);
+        let encoding = obj
+            .get("encoding")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let checked = match &precision {
             Precision::Original => dense(obj, &name, bytes, f),
             p => match p.packed() {
@@ -466,7 +472,11 @@ impl Records {
             Layout::Dense { dtype, count } => dtype.size() * count,
             Layout::Packed { .. } => layout.codes_bytes() + layout.scale_count() * 2,
         });
-        let layout = if within && offset.is_some() { checked } else { None };
+        let layout = if within && offset.is_some() {
+            checked
+        } else {
+            None
+        };
         Some(TensorInfo {
             name,
             precision,
@@ -625,7 +635,10 @@ fn packed(
                 "grid",
                 format!(
                     "q3_full8 needs grid {want}, found {}",
-                    got.map_or("nothing".into(), |g| super::json::truncate(&g.to_string(), 200))
+                    got.map_or("nothing".into(), |g| super::json::truncate(
+                        &g.to_string(),
+                        200
+                    ))
                 ),
             ));
         }
@@ -649,9 +662,9 @@ fn packed(
             _ => None,
         }
     });
-    let Some((rows, cols)) = dims.filter(|&(r, c)| {
-        r > 0 && r <= MAX_ROWS && c > 0 && c <= MAX_COLS && c % GROUP == 0
-    }) else {
+    let Some((rows, cols)) =
+        dims.filter(|&(r, c)| r > 0 && r <= MAX_ROWS && c > 0 && c <= MAX_COLS && c % GROUP == 0)
+    else {
         f.push(err(
             c::PACKED_DIMENSIONS,
             "shape",
@@ -677,7 +690,9 @@ fn packed(
         ("codes_bytes", Some(json!(codes_bytes))),
         (
             "scales_offset",
-            offset.and_then(|o| o.checked_add(codes_bytes)).map(|v| json!(v)),
+            offset
+                .and_then(|o| o.checked_add(codes_bytes))
+                .map(|v| json!(v)),
         ),
         ("scales_bytes", Some(json!(scales_bytes))),
         ("scales_dtype", Some(json!("F16"))),
@@ -713,7 +728,8 @@ fn kind_of_shape(v: &Value) -> String {
 }
 
 fn aliases(v: Option<&Value>, tensors: &[TensorInfo], f: &mut Vec<Finding>) -> Vec<TensorInfo> {
-    let by_name: HashMap<&str, &TensorInfo> = tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+    let by_name: HashMap<&str, &TensorInfo> =
+        tensors.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut roots: HashMap<String, String> = HashMap::new();
     let mut rows = Vec::new();
     match v {
@@ -723,7 +739,10 @@ fn aliases(v: Option<&Value>, tensors: &[TensorInfo], f: &mut Vec<Finding>) -> V
                     f.push(
                         Finding::error(
                             c::MANIFEST_FIELD,
-                            format!("alias {alias:?} must name its target as a string, found {}", kind(target)),
+                            format!(
+                                "alias {alias:?} must name its target as a string, found {}",
+                                kind(target)
+                            ),
                         )
                         .tensor(alias)
                         .field(format!("aliases.{alias}")),
@@ -778,7 +797,10 @@ fn aliases(v: Option<&Value>, tensors: &[TensorInfo], f: &mut Vec<Finding>) -> V
         Some(other) => f.push(
             Finding::error(
                 c::MANIFEST_FIELD,
-                format!("aliases must be an object mapping alias to target, found {}", kind(other)),
+                format!(
+                    "aliases must be an object mapping alias to target, found {}",
+                    kind(other)
+                ),
             )
             .field("aliases"),
         ),

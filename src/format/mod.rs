@@ -446,7 +446,11 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
         (path.to_path_buf(), path.join("manifest.json"))
     } else if path.file_name().is_some_and(|n| n == "manifest.json") {
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let dir = if dir.as_os_str().is_empty() { PathBuf::from(".") } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
         (dir, path.to_path_buf())
     } else {
         return Err(OpenError::NotABundle {
@@ -474,7 +478,10 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
     let Some(object) = value.as_object() else {
         return Err(OpenError::NotABundle {
             path: manifest_path,
-            reason: format!("manifest.json holds {}, not a JSON object", json::kind(&value)),
+            reason: format!(
+                "manifest.json holds {}, not a JSON object",
+                json::kind(&value)
+            ),
         });
     };
     let format = detect(object).map_err(|reason| OpenError::NotABundle {
@@ -488,12 +495,16 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
         FormatKind::GptqQ4 => Err(OpenError::Unsupported {
             path: dir,
             format,
-            detail: "its provenance block is not verified yet; the payload rules are those of audio8".into(),
+            detail:
+                "its provenance block is not verified yet; the payload rules are those of audio8"
+                    .into(),
         }),
         FormatKind::Native => Err(OpenError::Unsupported {
             path: dir,
             format,
-            detail: "the native A8MOD001 loader is not available; this is not a broken v1/v2 bundle".into(),
+            detail:
+                "the native A8MOD001 loader is not available; this is not a broken v1/v2 bundle"
+                    .into(),
         }),
         FormatKind::Nvfp4 => Err(OpenError::Unsupported {
             path: dir,
@@ -516,7 +527,10 @@ fn describe_json_error(e: &serde_json::Error) -> String {
 pub fn detect(manifest: &serde_json::Map<String, serde_json::Value>) -> Result<FormatKind, String> {
     if let Some(format) = manifest.get("format") {
         let Some(format) = format.as_str() else {
-            return Err(format!("'format' is {}, expected a string", json::kind(format)));
+            return Err(format!(
+                "'format' is {}, expected a string",
+                json::kind(format)
+            ));
         };
         return match format {
             "audio8-mixed-bundle-v1" => Ok(FormatKind::Audio8V1),

@@ -112,8 +112,18 @@ pub fn totals(tensors: &[TensorInfo]) -> Totals {
         let bytes = info.bytes.unwrap_or(0);
         let resident = info.resident_bytes.unwrap_or(0);
         for (tensors, parameters, b, r) in [
-            (&mut p.tensors, &mut p.parameters, &mut p.bytes, &mut p.resident_bytes),
-            (&mut t.tensors, &mut t.parameters, &mut t.bytes, &mut t.resident_bytes),
+            (
+                &mut p.tensors,
+                &mut p.parameters,
+                &mut p.bytes,
+                &mut p.resident_bytes,
+            ),
+            (
+                &mut t.tensors,
+                &mut t.parameters,
+                &mut t.bytes,
+                &mut t.resident_bytes,
+            ),
         ] {
             *tensors += 1;
             *parameters = parameters.saturating_add(params);

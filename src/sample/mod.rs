@@ -108,7 +108,11 @@ struct Config {
 }
 
 fn layer_specs(c: &Config, v2: bool, i: u64) -> Vec<(String, Spec)> {
-    let full8 = if v2 { PackedKind::Q3Full8 } else { PackedKind::Q3 };
+    let full8 = if v2 {
+        PackedKind::Q3Full8
+    } else {
+        PackedKind::Q3
+    };
     let p = |kind, rows, cols| Spec::Packed { kind, rows, cols };
     let d = |dtype, n: u64, center, spread| Spec::Dense {
         dtype,
@@ -119,18 +123,48 @@ fn layer_specs(c: &Config, v2: bool, i: u64) -> Vec<(String, Spec)> {
     let base = format!("language_model.model.layers.{i}");
     let h = c.hidden;
     vec![
-        (format!("{base}.input_layernorm.weight"), d(DenseDtype::Bf16, h, 1.0, 0.05)),
+        (
+            format!("{base}.input_layernorm.weight"),
+            d(DenseDtype::Bf16, h, 1.0, 0.05),
+        ),
         (format!("{base}.self_attn.q_proj.weight"), p(full8, h, h)),
-        (format!("{base}.self_attn.q_proj.bias"), d(DenseDtype::F16, h, 0.0, 0.02)),
+        (
+            format!("{base}.self_attn.q_proj.bias"),
+            d(DenseDtype::F16, h, 0.0, 0.02),
+        ),
         (format!("{base}.self_attn.k_proj.weight"), p(full8, h, h)),
-        (format!("{base}.self_attn.k_proj.bias"), d(DenseDtype::F16, h, 0.0, 0.02)),
-        (format!("{base}.self_attn.v_proj.weight"), p(PackedKind::Q4, h, h)),
-        (format!("{base}.self_attn.v_proj.bias"), d(DenseDtype::F16, h, 0.0, 0.02)),
-        (format!("{base}.self_attn.o_proj.weight"), p(PackedKind::Q4, h, h)),
-        (format!("{base}.post_attention_layernorm.weight"), d(DenseDtype::F32, h, 1.0, 0.05)),
-        (format!("{base}.mlp.gate_proj.weight"), p(PackedKind::Q3, c.inter, h)),
-        (format!("{base}.mlp.up_proj.weight"), p(PackedKind::Q4, c.inter, h)),
-        (format!("{base}.mlp.down_proj.weight"), p(PackedKind::Q4, h, c.inter)),
+        (
+            format!("{base}.self_attn.k_proj.bias"),
+            d(DenseDtype::F16, h, 0.0, 0.02),
+        ),
+        (
+            format!("{base}.self_attn.v_proj.weight"),
+            p(PackedKind::Q4, h, h),
+        ),
+        (
+            format!("{base}.self_attn.v_proj.bias"),
+            d(DenseDtype::F16, h, 0.0, 0.02),
+        ),
+        (
+            format!("{base}.self_attn.o_proj.weight"),
+            p(PackedKind::Q4, h, h),
+        ),
+        (
+            format!("{base}.post_attention_layernorm.weight"),
+            d(DenseDtype::F32, h, 1.0, 0.05),
+        ),
+        (
+            format!("{base}.mlp.gate_proj.weight"),
+            p(PackedKind::Q3, c.inter, h),
+        ),
+        (
+            format!("{base}.mlp.up_proj.weight"),
+            p(PackedKind::Q4, c.inter, h),
+        ),
+        (
+            format!("{base}.mlp.down_proj.weight"),
+            p(PackedKind::Q4, h, c.inter),
+        ),
     ]
 }
 
@@ -197,7 +231,10 @@ fn config(size_mib: Option<u64>, v2: bool) -> Config {
             layers: 1,
         };
         let per_layer: u64 = layer_specs(&c, v2, 0).iter().map(|(_, s)| s.bytes()).sum();
-        let fixed: u64 = specs(&Config { layers: 0, ..c }, v2).iter().map(|(_, s)| s.bytes()).sum();
+        let fixed: u64 = specs(&Config { layers: 0, ..c }, v2)
+            .iter()
+            .map(|(_, s)| s.bytes())
+            .sum();
         if per_layer * 4 + fixed > target && hidden > 256 {
             break;
         }
@@ -239,7 +276,11 @@ pub fn quantize_row(kind: PackedKind, values: &[f32], codes: &mut [u8], scales: 
     let z = kind.zero();
     let (lo, hi) = (-z, i32::from(kind.max_code()) - z);
     let levels = lo.abs().max(hi) as f32;
-    for ((group, cgroup), s) in values.chunks(64).zip(codes.chunks_mut(64)).zip(scales.iter_mut()) {
+    for ((group, cgroup), s) in values
+        .chunks(64)
+        .zip(codes.chunks_mut(64))
+        .zip(scales.iter_mut())
+    {
         let amax = group.iter().fold(0f32, |m, v| m.max(v.abs()));
         let mut h = f32_to_f16((amax / levels).max(1e-4));
         if !decode::f16_is_positive_finite(h) {
@@ -297,7 +338,10 @@ fn dense_bytes(seed: u64, dtype: DenseDtype, count: u64, center: f32, spread: f3
 /// Writes a sample bundle into `dir` (created; must be empty or absent).
 pub fn write(dir: &Path, opts: &SampleOptions) -> Result<SampleSummary> {
     if dir.exists() && fs::read_dir(dir)?.next().is_some() {
-        bail!("{} is not empty; the sample writer only writes into a new or empty folder", dir.display());
+        bail!(
+            "{} is not empty; the sample writer only writes into a new or empty folder",
+            dir.display()
+        );
     }
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let v2 = opts.format == SampleFormat::Audio8V2;
@@ -339,7 +383,11 @@ pub fn write(dir: &Path, opts: &SampleOptions) -> Result<SampleSummary> {
     }
     w.flush()?;
     drop(w);
-    let format = if v2 { "audio8-mixed-bundle-v2" } else { "audio8-mixed-bundle-v1" };
+    let format = if v2 {
+        "audio8-mixed-bundle-v2"
+    } else {
+        "audio8-mixed-bundle-v1"
+    };
     let manifest = json!({
         "format": format,
         "group_size": 64,
@@ -437,7 +485,10 @@ mod tests {
     fn size_config_respects_the_tensor_bound() {
         for mib in [1u64, 64, 512, 2048, 20_000] {
             let c = config(Some(mib), true);
-            assert!(specs(&c, true).len() <= crate::format::audio8::MAX_TENSORS, "{mib}");
+            assert!(
+                specs(&c, true).len() <= crate::format::audio8::MAX_TENSORS,
+                "{mib}"
+            );
         }
     }
 }

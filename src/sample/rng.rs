@@ -51,7 +51,12 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         let mut x = seed;
         Self {
-            s: [splitmix(&mut x), splitmix(&mut x), splitmix(&mut x), splitmix(&mut x)],
+            s: [
+                splitmix(&mut x),
+                splitmix(&mut x),
+                splitmix(&mut x),
+                splitmix(&mut x),
+            ],
             pool: 0,
             pool_left: 0,
         }

@@ -203,7 +203,9 @@ pub fn findings_of<'a>(report: &'a Value, id: &str) -> Vec<&'a Value> {
 
 /// Where the shared folder sits: beside the checkout.
 pub fn shared_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("shared")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("shared")
 }
 
 /// The Python that has mlx and numpy: BUNDLESCOPE_PYTHON, else python3 with

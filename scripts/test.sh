@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The project's one test command (README, .ci/run): installs what the tests
+# need, then runs them. Safe to re-run; installs are skipped when present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Python with MLX (CPU) and numpy, project-local: the seed loader and MLX
+# cross-checks run on it.
+if ! PYTHONPATH=.pydeps python3 -c "import mlx.core, numpy" 2>/dev/null; then
+  echo "== installing mlx-cpu 0.32.4 and numpy into .pydeps"
+  rm -rf .pydeps
+  python3 -m pip install --quiet --disable-pip-version-check --target .pydeps "mlx[cpu]==0.32.4" numpy
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --check
+
+echo "== cargo test"
+cargo test --release --all-targets 2>&1
