@@ -5,6 +5,8 @@
 //! as [`audit::Event`]s from a worker thread, [`report`] folds those events
 //! into the one JSON report both faces export.
 
+#[cfg(feature = "gui")]
+pub mod app;
 pub mod audit;
 pub mod decode;
 pub mod format;

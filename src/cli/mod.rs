@@ -71,7 +71,20 @@ pub fn main() -> i32 {
     }
 }
 
+/// Opens the desktop app on a bundle, the demo or the welcome screen.
+#[cfg(feature = "gui")]
+fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool) -> anyhow::Result<i32> {
+    use bundlescope::app::{Start, run};
+    run(match (dir, demo) {
+        (Some(d), _) => Start::Open(d),
+        (None, true) => Start::Demo,
+        (None, false) => Start::Welcome,
+    })?;
+    Ok(EXIT_OK)
+}
+
 /// Without the desktop app, opening a bundle audits it in the terminal.
+#[cfg(not(feature = "gui"))]
 fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool) -> anyhow::Result<i32> {
     let dir = match (dir, demo) {
         (Some(d), _) => d,

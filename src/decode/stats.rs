@@ -2,13 +2,13 @@
 //! judge a tensor's quantisation. Built from exact histograms, so quantiles
 //! are exact too.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{bf16_to_f32, f16_to_f32};
 
 /// Counts of every stored code `0..2^bits` (raw stored value, before any
 /// shift a loader applies).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CodeCounts {
     /// Bits per code.
     pub bits: u32,
@@ -75,7 +75,7 @@ impl CodeCounts {
 }
 
 /// One histogram bin `[lo, hi)`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Bin {
     /// Lower edge (inclusive).
     pub lo: f64,
@@ -87,10 +87,10 @@ pub struct Bin {
 
 /// Distribution of a tensor's F16 scales (positive finite ones; the rest are
 /// counted in `invalid`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScaleSummary {
     /// Always `F16` for audio8 bundles.
-    pub dtype: &'static str,
+    pub dtype: String,
     /// Number of scales.
     pub count: u64,
     /// Scales that are zero, negative, infinite or NaN.
@@ -110,7 +110,7 @@ pub struct ScaleSummary {
 }
 
 /// Distribution of a dense tensor's values.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ValueSummary {
     /// Number of values.
     pub count: u64,
@@ -129,7 +129,7 @@ pub struct ValueSummary {
 }
 
 /// Quality statistics of one packed tensor.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Quality {
     /// Entropy of the code histogram in bits (effective bits per weight).
     pub entropy_bits: f64,
@@ -152,7 +152,7 @@ pub struct Quality {
 }
 
 /// Everything the single pass learns about one tensor's values.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct TensorStats {
     /// Code histogram (packed tensors).
     pub codes: Option<CodeCounts>,
@@ -225,7 +225,7 @@ pub fn summarise_scales(hist: &[u32]) -> ScaleSummary {
         }
     }
     ScaleSummary {
-        dtype: "F16",
+        dtype: "F16".to_string(),
         count: valid + invalid,
         invalid,
         min,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::audit::{Event, Failure, Finding, Outcome, Severity};
 use crate::decode::stats::TensorStats;
@@ -48,7 +48,7 @@ pub struct TensorRow {
 }
 
 /// One payload file's integrity.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileRow {
     /// File name.
     pub file: String,

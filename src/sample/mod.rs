@@ -430,9 +430,10 @@ pub fn packed_record(name: &str, kind: PackedKind, rows: u64, cols: u64, offset:
     rec
 }
 
-/// The demo bundle, written once into the user's cache folder.
-pub fn demo_bundle() -> Result<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+/// The user's cache folder: `$XDG_CACHE_HOME`, `~/Library/Caches` on macOS,
+/// `~/.cache` elsewhere, the temp folder as a last resort.
+pub fn cache_base() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("HOME").map(|h| {
@@ -444,8 +445,12 @@ pub fn demo_bundle() -> Result<PathBuf> {
                 }
             })
         })
-        .unwrap_or_else(std::env::temp_dir);
-    let dir = base
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// The demo bundle, written once into the user's cache folder.
+pub fn demo_bundle() -> Result<PathBuf> {
+    let dir = cache_base()
         .join("bundlescope")
         .join(format!("demo-{}", crate::TOOL_VERSION));
     if !dir.join("manifest.json").exists() {

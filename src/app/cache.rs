@@ -1,0 +1,207 @@
+//! The audit cache: a finished audit is remembered, keyed by the bundle
+//! folder's files (name, size, mtime, inode). Reopening an unchanged bundle
+//! shows its verdict at once; any change to any file misses the cache.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::audit::{Event, Finding, Outcome};
+use crate::decode::stats::TensorStats;
+use crate::format;
+use crate::report::{FileRow, ReportBuilder};
+
+/// Where cached audits live.
+#[derive(Debug, Clone)]
+pub struct AuditCache {
+    dir: PathBuf,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    fingerprint: String,
+    date: String,
+    findings: Vec<Finding>,
+    files: Vec<FileRow>,
+    stats: Vec<Option<TensorStats>>,
+    passed: u64,
+    valid: bool,
+    errors: usize,
+    warnings: usize,
+    duration_s: f64,
+}
+
+/// A cache hit: the events that rebuild the finished audit.
+pub struct Cached {
+    /// When the audit ran (UTC).
+    pub date: String,
+    /// Opened, findings, hashes, statistics and Finished, in order.
+    pub events: Vec<Event>,
+}
+
+impl AuditCache {
+    /// A cache in `dir` (created on first store).
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    /// The user's cache folder, `…/bundlescope/audits`.
+    pub fn default_location() -> Option<Self> {
+        Some(Self::new(crate::sample::cache_base().join("bundlescope").join("audits")))
+    }
+
+    fn entry_path(&self, bundle: &Path) -> Option<PathBuf> {
+        let dir = folder_of(bundle)?;
+        let name = format::sha256_hex(dir.to_string_lossy().as_bytes());
+        Some(self.dir.join(format!("{}.json", &name[..32])))
+    }
+
+    /// The cached audit of `bundle`, if its files are exactly as they were.
+    pub fn load(&self, bundle: &Path) -> Option<Cached> {
+        let text = std::fs::read(self.entry_path(bundle)?).ok()?;
+        let entry: Entry = serde_json::from_slice(&text).ok()?;
+        if entry.fingerprint != fingerprint(bundle)? {
+            return None;
+        }
+        let opened = Arc::new(format::open(bundle).ok()?);
+        if entry.stats.len() != opened.tensors.len() || entry.files.len() != opened.files.len() {
+            return None;
+        }
+        let mut events = vec![Event::Opened(opened.clone())];
+        events.extend(entry.findings.into_iter().map(Event::Finding));
+        for (i, f) in entry.files.into_iter().enumerate() {
+            if let Some(sha) = f.sha256 {
+                events.push(Event::FileHashed {
+                    file: i,
+                    bytes: f.bytes.unwrap_or(0),
+                    sha256: sha,
+                    ok: f.ok,
+                });
+            }
+        }
+        for (i, s) in entry.stats.into_iter().enumerate() {
+            if let Some(stats) = s {
+                events.push(Event::TensorDone {
+                    tensor: i,
+                    resident_bytes: opened.tensors[i].resident_bytes,
+                    ok: true,
+                    stats: Box::new(stats),
+                });
+            }
+        }
+        events.push(Event::Finished(Ok(Outcome {
+            valid: entry.valid,
+            errors: entry.errors,
+            warnings: entry.warnings,
+            duration: Duration::from_secs_f64(entry.duration_s.max(0.0)),
+        })));
+        Some(Cached {
+            date: entry.date,
+            events,
+        })
+    }
+
+    /// Remembers a finished audit. Failures to write are not the user's
+    /// problem: the cache is an optimisation.
+    pub fn store(&self, bundle: &Path, model: &ReportBuilder) {
+        let (Some(path), Some(fingerprint), Some(Ok(outcome))) =
+            (self.entry_path(bundle), fingerprint(bundle), &model.outcome)
+        else {
+            return;
+        };
+        let entry = Entry {
+            fingerprint,
+            date: utc_text(SystemTime::now()),
+            findings: model.findings.clone(),
+            files: model.files.clone(),
+            stats: model.stats.clone(),
+            passed: model.passed,
+            valid: outcome.valid,
+            errors: outcome.errors,
+            warnings: outcome.warnings,
+            duration_s: outcome.duration.as_secs_f64(),
+        };
+        if std::fs::create_dir_all(&self.dir).is_ok()
+            && let Ok(bytes) = serde_json::to_vec(&entry)
+        {
+            let tmp = path.with_extension("tmp");
+            if std::fs::write(&tmp, bytes).is_ok() {
+                let _ = std::fs::rename(tmp, path);
+            }
+        }
+    }
+}
+
+fn folder_of(bundle: &Path) -> Option<PathBuf> {
+    let p = std::fs::canonicalize(bundle).ok()?;
+    if p.is_dir() {
+        Some(p)
+    } else {
+        p.parent().map(Path::to_path_buf)
+    }
+}
+
+/// Name, size, mtime and inode of every entry of the bundle folder.
+fn fingerprint(bundle: &Path) -> Option<String> {
+    let dir = folder_of(bundle)?;
+    let mut rows = Vec::new();
+    for entry in std::fs::read_dir(&dir).ok()? {
+        let entry = entry.ok()?;
+        let meta = std::fs::metadata(entry.path()).ok()?;
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        #[cfg(unix)]
+        let inode = {
+            use std::os::unix::fs::MetadataExt;
+            (meta.ino(), meta.dev())
+        };
+        #[cfg(not(unix))]
+        let inode = (0u64, 0u64);
+        rows.push(format!(
+            "{}\t{}\t{mtime}\t{}\t{}",
+            entry.file_name().to_string_lossy(),
+            meta.len(),
+            inode.0,
+            inode.1
+        ));
+    }
+    rows.sort();
+    Some(format!("{}\n{}", dir.display(), rows.join("\n")))
+}
+
+/// `YYYY-MM-DD HH:MM UTC`.
+pub fn utc_text(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", rem / 3600, rem % 3600 / 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc_text(UNIX_EPOCH), "1970-01-01 00:00 UTC");
+        let t = UNIX_EPOCH + Duration::from_secs(1_796_169_600 + 16 * 3600 + 15 * 60);
+        assert_eq!(utc_text(t), "2026-12-02 16:15 UTC");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(utc_text(leap), "2000-02-29 00:00 UTC");
+    }
+}

@@ -1,0 +1,72 @@
+//! The detail panel of the selected tensor: every record field, its byte
+//! range and its findings.
+
+use egui::RichText;
+
+use super::App;
+use crate::report::human_bytes;
+
+/// Draws the selected tensor's details.
+pub fn detail_ui(app: &mut App, ui: &mut egui::Ui) {
+    let Some(s) = &app.session else { return };
+    let Some(b) = &s.model.bundle else { return };
+    let Some(i) = app.selected.filter(|&i| i < b.tensors.len()) else {
+        ui.label(RichText::new("Select a tensor in the table (↑/↓ move the selection).").weak());
+        return;
+    };
+    let t = &b.tensors[i];
+    ui.label(RichText::new(&t.name).monospace().strong());
+    let (mark, hover) = super::tensors::status_mark(s.status(i));
+    ui.label(format!(
+        "{mark} {} · {} · {} resident",
+        t.precision.as_str(),
+        t.shape_text(),
+        t.resident_bytes.map_or("?".into(), human_bytes)
+    ))
+    .on_hover_text(hover);
+    if let Some(target) = &t.alias_of {
+        ui.label(format!("alias of {target}: shares its memory, adds no bytes"));
+    }
+    if let Some((start, end)) = t.range() {
+        let file = b.files.get(t.file).map_or("payload", |f| f.name.as_str());
+        ui.label(format!("bytes {start}..{end} of {file} ({})", human_bytes(end - start)));
+    }
+    ui.add_space(6.0);
+    let findings: Vec<_> = s
+        .model
+        .findings
+        .iter()
+        .filter(|f| f.tensor.as_deref() == Some(t.name.as_str()))
+        .collect();
+    ui.label(RichText::new(format!("Findings ({})", findings.len())).strong());
+    if findings.is_empty() {
+        ui.label(RichText::new(if s.running() { "none so far" } else { "none" }).weak());
+    }
+    for f in findings {
+        ui.horizontal_wrapped(|ui| {
+            ui.label(RichText::new(format!("{} [{}]", f.severity.as_str(), f.check)).color(ui.visuals().error_fg_color));
+            ui.label(&f.message);
+        });
+        let mut at = Vec::new();
+        if let Some(field) = &f.field {
+            at.push(format!("field {field}"));
+        }
+        if let Some(o) = f.offset {
+            at.push(format!("offset {o}"));
+        }
+        if !at.is_empty() {
+            ui.label(RichText::new(at.join(", ")).weak());
+        }
+    }
+    ui.add_space(6.0);
+    ui.label(RichText::new("Record").strong());
+    egui::Grid::new("record-fields").striped(true).num_columns(2).show(ui, |ui| {
+        if let Some(obj) = t.record.as_object() {
+            for (k, v) in obj {
+                ui.label(RichText::new(k).monospace());
+                ui.label(RichText::new(v.to_string()).monospace());
+                ui.end_row();
+            }
+        }
+    });
+}
