@@ -587,7 +587,7 @@ impl App {
                 ui.horizontal(|ui| {
                     let color = if error { ui.visuals().error_fg_color } else { ui.visuals().text_color() };
                     ui.label(RichText::new(msg).color(color));
-                    if ui.small_button("✕").on_hover_text("Dismiss").clicked() {
+                    if ui.small_button("×").on_hover_text("Dismiss").clicked() {
                         self.notice = None;
                     }
                 });

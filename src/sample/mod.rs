@@ -454,11 +454,19 @@ pub fn demo_bundle() -> Result<PathBuf> {
         .join("bundlescope")
         .join(format!("demo-{}", crate::TOOL_VERSION));
     if !dir.join("manifest.json").exists() {
-        let tmp = dir.with_extension(format!("tmp{}", std::process::id()));
+        // Written beside, then renamed, so a half-written demo is never opened;
+        // unique per call so two writers at once do not collide.
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.with_extension(format!("tmp{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         write(&tmp, &SampleOptions::default())?;
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::rename(&tmp, &dir)?;
+        if std::fs::rename(&tmp, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+            if !dir.join("manifest.json").exists() {
+                bail!("could not place the demo bundle at {}", dir.display());
+            }
+        }
     }
     Ok(dir)
 }

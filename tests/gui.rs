@@ -1,0 +1,257 @@
+//! The real app driven through egui_kittest: open, audit, browse, filter,
+//! sort, select, drop, keyboard, cache.
+#![cfg(feature = "gui")]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bundlescope::app::{App, AuditCache, Command, RowStatus, SortColumn};
+use common::*;
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+
+struct Gui {
+    harness: Harness<'static, App>,
+    _cache: tempfile::TempDir,
+}
+
+fn gui() -> Gui {
+    let cache = tempfile::tempdir().unwrap();
+    let app = App::new(Some(AuditCache::new(cache.path().to_path_buf())));
+    let harness = Harness::builder()
+        .with_size([1280.0, 820.0])
+        .build_ui_state(|ui, app: &mut App| app.ui(ui), app);
+    Gui { harness, _cache: cache }
+}
+
+impl Gui {
+    fn app(&mut self) -> &mut App {
+        self.harness.state_mut()
+    }
+
+    fn open(&mut self, dir: &Path) {
+        self.app().commands.push(Command::Open(dir.to_path_buf()));
+        self.harness.step();
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        assert!(self.app().wait_for_audit(Duration::from_secs(60)), "audit did not finish");
+        self.harness.run_steps(3);
+    }
+
+    fn verdict(&mut self) -> String {
+        self.app().session.as_ref().map(|s| s.verdict_text()).unwrap_or_default()
+    }
+
+    fn tensor_count(&mut self) -> usize {
+        let s = self.app().session.as_ref().unwrap();
+        s.model.bundle.as_ref().unwrap().tensors.len()
+    }
+}
+
+/// Is some node's label containing `text` on screen?
+fn shows(h: &Harness<'static, App>, text: &str) -> bool {
+    h.query_all_by_label_contains(text).next().is_some()
+}
+
+#[derive(Debug)]
+struct Dropped(PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        Err("a folder has no bytes".into())
+    }
+}
+
+#[test]
+fn demo_opens_audits_valid_and_lists_every_tensor() {
+    let mut g = gui();
+    g.harness.get_by_label("Open demo bundle").click();
+    g.harness.step();
+    g.finish();
+    assert_eq!(g.verdict(), "Valid");
+    assert!(shows(&g.harness, "✔ Valid"));
+    let n = g.tensor_count();
+    assert!(n > 20);
+    assert_eq!(g.app().rows.len(), n, "every tensor of the index is a row");
+    // The summary tab shows the verified payload.
+    assert!(shows(&g.harness, "verified"));
+}
+
+#[test]
+fn filter_narrows_and_escape_clears() {
+    let b = TestBundle::v2();
+    let mut g = gui();
+    g.open(&b.dir);
+    let all = g.app().rows.len();
+    g.harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
+    g.harness.run_steps(2);
+    g.harness.get_by_role(egui::accesskit::Role::TextInput).type_text("q_proj");
+    g.harness.run_steps(2);
+    let rows = g.app().rows.clone();
+    assert_eq!(g.app().view.filter, "q_proj");
+    assert!(!rows.is_empty() && rows.len() < all);
+    let names: Vec<String> = {
+        let s = g.app().session.as_ref().unwrap();
+        let b = s.model.bundle.as_ref().unwrap();
+        rows.iter().map(|&i| b.tensors[i].name.clone()).collect()
+    };
+    assert!(names.iter().all(|n| n.contains("q_proj")), "{names:?}");
+    g.harness.key_press(egui::Key::Escape);
+    g.harness.run_steps(2);
+    assert_eq!(g.app().rows.len(), all);
+}
+
+#[test]
+fn precision_chip_shows_only_that_precision() {
+    let b = TestBundle::v2();
+    let mut g = gui();
+    g.open(&b.dir);
+    // The chip is the button of that name (table cells and totals are plain labels).
+    g.harness.get_by_role_and_label(egui::accesskit::Role::Button, "q3_full8").click();
+    g.harness.run_steps(2);
+    let s = g.app().session.as_ref().unwrap();
+    let bundle = s.model.bundle.clone().unwrap();
+    let rows = g.app().rows.clone();
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|&i| bundle.tensors[i].precision.as_str() == "q3_full8"));
+}
+
+#[test]
+fn sorting_by_resident_bytes_orders_the_table() {
+    let b = TestBundle::v2();
+    let mut g = gui();
+    g.open(&b.dir);
+    g.harness.get_by_label("resident").click_accesskit();
+    g.harness.run_steps(2);
+    assert_eq!(g.app().view.sort, SortColumn::Resident);
+    let s = g.app().session.as_ref().unwrap();
+    let bundle = s.model.bundle.clone().unwrap();
+    let resident: Vec<u64> = g.app().rows.iter().map(|&i| bundle.tensors[i].resident_bytes.unwrap_or(0)).collect();
+    assert!(resident.windows(2).all(|w| w[0] >= w[1]), "{resident:?}");
+    // A second click reverses.
+    g.harness.get_by_label_contains("resident").click_accesskit();
+    g.harness.run_steps(2);
+    let s = g.app().session.as_ref().unwrap();
+    let bundle = s.model.bundle.clone().unwrap();
+    let resident: Vec<u64> = g.app().rows.iter().map(|&i| bundle.tensors[i].resident_bytes.unwrap_or(0)).collect();
+    assert!(resident.windows(2).all(|w| w[0] <= w[1]));
+}
+
+#[test]
+fn a_corrupted_bundle_marks_its_tensor_and_shows_the_finding() {
+    let b = TestBundle::v2();
+    let name = "language_model.model.layers.0.self_attn.v_proj.weight";
+    let at = b.record(name)["scales_offset"].as_u64().unwrap() as usize;
+    b.patch_payload(true, |p| p[at..at + 2].copy_from_slice(&0u16.to_le_bytes()));
+    let mut g = gui();
+    g.open(&b.dir);
+    assert_eq!(g.verdict(), "Invalid (1 error)");
+    assert!(shows(&g.harness, "Invalid (1 error)"));
+    let i = {
+        let s = g.app().session.as_ref().unwrap();
+        s.model.bundle.as_ref().unwrap().find(name).unwrap()
+    };
+    assert_eq!(g.app().session.as_ref().unwrap().status(i), RowStatus::Error);
+    // Sort errors first, then click the row by its name.
+    g.app().view.sort = SortColumn::Status;
+    g.app().view.ascending = true;
+    g.harness.run_steps(2);
+    assert_eq!(g.app().rows.first(), Some(&i));
+    g.harness.get_by_label(name).click();
+    g.harness.run_steps(2);
+    assert_eq!(g.app().selected, Some(i));
+    assert!(shows(&g.harness, "scales are not finite and > 0"));
+    assert!(shows(&g.harness, &format!("offset {at}")));
+}
+
+#[test]
+fn dropping_a_folder_opens_it() {
+    let b = TestBundle::v2();
+    let mut g = gui();
+    g.harness.input_mut().dropped_files.push(Arc::new(Dropped(b.dir.clone())));
+    g.harness.step();
+    g.finish();
+    assert_eq!(g.app().session.as_ref().unwrap().path, b.dir);
+    assert_eq!(g.verdict(), "Valid");
+    // Dropping the manifest file opens its folder too.
+    let other = TestBundle::v2();
+    g.harness.input_mut().dropped_files.push(Arc::new(Dropped(other.dir.join("manifest.json"))));
+    g.harness.step();
+    g.finish();
+    assert_eq!(g.verdict(), "Valid");
+    assert_eq!(g.app().session.as_ref().unwrap().path, other.dir.join("manifest.json"));
+}
+
+#[test]
+fn arrows_move_the_selection() {
+    let b = TestBundle::v2();
+    let mut g = gui();
+    g.open(&b.dir);
+    g.harness.key_press(egui::Key::ArrowDown);
+    g.harness.run_steps(2);
+    let first = g.app().rows[0];
+    assert_eq!(g.app().selected, Some(first));
+    g.harness.key_press(egui::Key::ArrowDown);
+    g.harness.run_steps(2);
+    let second = g.app().rows[1];
+    assert_eq!(g.app().selected, Some(second));
+    g.harness.key_press(egui::Key::ArrowUp);
+    g.harness.run_steps(2);
+    assert_eq!(g.app().selected, Some(first));
+    let name = g.app().selected_name().unwrap();
+    assert!(g.harness.query_all_by_label(&name).count() >= 2, "table row and detail panel");
+}
+
+#[test]
+fn reopening_an_unchanged_bundle_uses_the_cache_and_a_change_invalidates_it() {
+    let b = TestBundle::v2();
+    let mut g = gui();
+    g.open(&b.dir);
+    assert!(g.app().session.as_ref().unwrap().cached.is_none());
+    g.open(&b.dir);
+    let s = g.app().session.as_ref().unwrap();
+    assert!(s.cached.is_some(), "second open should come from the cache");
+    assert!(!s.running());
+    assert_eq!(g.verdict(), "Valid");
+    assert!(shows(&g.harness, "cached audit of"));
+    // Re-verify runs the full audit.
+    g.harness.get_by_label("Re-verify").click();
+    g.harness.step();
+    g.finish();
+    assert!(g.app().session.as_ref().unwrap().cached.is_none());
+    // Change the payload: the cache must miss.
+    b.patch_payload(false, |p| p[0] ^= 1);
+    g.open(&b.dir);
+    assert!(g.app().session.as_ref().unwrap().cached.is_none());
+    assert_eq!(g.verdict(), "Invalid (1 error)");
+}
+
+#[test]
+fn opening_another_bundle_cancels_the_running_audit() {
+    let a = TestBundle::v2();
+    let b = TestBundle::v2();
+    let mut g = gui();
+    g.app().commands.push(Command::Open(a.dir.clone()));
+    g.app().commands.push(Command::Open(b.dir.clone()));
+    g.harness.step();
+    g.finish();
+    assert_eq!(g.app().session.as_ref().unwrap().path, b.dir);
+    assert_eq!(g.verdict(), "Valid");
+}
+
+#[test]
+fn not_a_bundle_is_explained() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut g = gui();
+    g.open(tmp.path());
+    assert_eq!(g.verdict(), "Not a bundle");
+    assert!(shows(&g.harness, "no manifest.json"));
+}
