@@ -601,8 +601,9 @@ impl App {
                 .show(ui, |ui| stream::stream_ui(self, ui));
             egui::Panel::right("side")
                 .resizable(true)
-                .default_size(380.0)
+                .default_size(360.0)
                 .min_size(260.0)
+                .max_size(720.0)
                 .show(ui, |ui| self.side_ui(ui));
             egui::CentralPanel::default().show(ui, |ui| {
                 let focus = std::mem::take(&mut self.focus_filter);

@@ -15,7 +15,11 @@ pub fn summary_ui(app: &mut App, ui: &mut egui::Ui) {
     egui::Grid::new("provenance").num_columns(2).striped(true).show(ui, |ui| {
         let mut row = |k: &str, v: String| {
             ui.label(RichText::new(k).strong());
-            ui.label(RichText::new(v).monospace());
+            let short = short_hash(&v);
+            let r = ui.label(RichText::new(&short).monospace());
+            if short != v {
+                r.on_hover_text(v);
+            }
             ui.end_row();
         };
         row("format", p.format.clone().unwrap_or_else(|| b.format.name().into()));
@@ -40,12 +44,11 @@ pub fn summary_ui(app: &mut App, ui: &mut egui::Ui) {
             ui.label(RichText::new(&f.file).monospace());
             ui.label(RichText::new(state).color(color));
         });
-        ui.label(RichText::new(format!("sha256   {}", f.sha256.as_deref().unwrap_or("…"))).monospace().small());
-        ui.label(
-            RichText::new(format!("expected {}", f.expected_sha256.as_deref().unwrap_or("not given")))
-                .monospace()
-                .small(),
-        );
+        for (what, v) in [("sha256  ", f.sha256.as_deref()), ("expected", f.expected_sha256.as_deref())] {
+            let full = v.unwrap_or(if what == "expected" { "not given" } else { "…" });
+            ui.label(RichText::new(format!("{what} {}", short_hash(full))).monospace().small())
+                .on_hover_text(full);
+        }
     }
     ui.add_space(8.0);
     ui.label(RichText::new("Totals by precision").strong());
@@ -73,5 +76,14 @@ pub fn summary_ui(app: &mut App, ui: &mut egui::Ui) {
     });
     if t.aliases > 0 {
         ui.label(RichText::new(format!("{} aliases share their targets' memory", t.aliases)).weak());
+    }
+}
+
+/// A 64-digit hash shortened to fit a side panel: head…tail (hover shows all).
+fn short_hash(v: &str) -> String {
+    if v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()) {
+        format!("{}…{}", &v[..16], &v[56..])
+    } else {
+        v.to_string()
     }
 }

@@ -133,12 +133,12 @@ pub fn table_ui(app: &mut App, ui: &mut egui::Ui, focus_filter: bool, scroll_to_
         .sense(egui::Sense::click())
         .cell_layout(egui::Layout::left_to_right(egui::Align::Center))
         .column(Column::exact(22.0))
-        .column(Column::initial(330.0).at_least(140.0).clip(true))
-        .column(Column::auto().at_least(64.0))
-        .column(Column::auto().at_least(80.0))
-        .column(Column::auto().at_least(56.0))
-        .column(Column::auto().at_least(72.0))
-        .column(Column::remainder().at_least(72.0));
+        .column(Column::remainder().at_least(160.0).clip(true))
+        .column(Column::exact(70.0))
+        .column(Column::exact(86.0))
+        .column(Column::exact(64.0))
+        .column(Column::exact(76.0))
+        .column(Column::exact(76.0));
     if scroll_to_selected && let Some(p) = selected_pos {
         table = table.scroll_to_row(p, None);
     }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Assembles target/bundlescope.app on macOS: binary, Info.plist, icon and,
+# when built with MLX, libmlx.dylib and mlx.metallib beside the binary (the
+# binary's rpath includes @executable_path). Run from the repository root:
+#   cargo build --release && bundle/make-app.sh
+# It needs macOS tools (sips, iconutil) and cannot run on Linux.
+set -euo pipefail
+[ "$(uname)" = Darwin ] || { echo "make-app.sh runs on macOS only" >&2; exit 2; }
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+app=target/bundlescope.app
+rm -rf "$app"
+mkdir -p "$app/Contents/MacOS" "$app/Contents/Resources"
+cp target/release/bundlescope "$app/Contents/MacOS/bundlescope"
+sed "s/@VERSION@/$version/g" bundle/Info.plist > "$app/Contents/Info.plist"
+iconset=$(mktemp -d)/bundlescope.iconset
+mkdir -p "$iconset"
+for size in 16 32 128 256 512; do
+  sips -z $size $size assets/icon.png --out "$iconset/icon_${size}x${size}.png" >/dev/null
+  sips -z $((size * 2)) $((size * 2)) assets/icon.png --out "$iconset/icon_${size}x${size}@2x.png" >/dev/null
+done
+iconutil -c icns "$iconset" -o "$app/Contents/Resources/bundlescope.icns"
+# MLX (added by the spot-check feature): copy the library the build linked.
+if [ -n "${MLX_LIB_DIR:-}" ]; then
+  cp "$MLX_LIB_DIR"/libmlx.dylib "$app/Contents/MacOS/"
+  [ -f "$MLX_LIB_DIR"/mlx.metallib ] && cp "$MLX_LIB_DIR"/mlx.metallib "$app/Contents/MacOS/"
+fi
+echo "wrote $app"
