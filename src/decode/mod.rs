@@ -1,5 +1,6 @@
 //! Pure functions from bytes to codes, scales and values. No I/O.
 
+pub mod dequant;
 pub mod stats;
 
 /// IEEE half (little-endian bits) to f32, exactly.
