@@ -3,6 +3,8 @@
 
 mod audit;
 mod checks;
+mod export;
+mod hist;
 mod list;
 mod sample;
 
@@ -43,6 +45,10 @@ enum Command {
     Sample(sample::Args),
     /// List every check with its id and rule.
     Checks(checks::Args),
+    /// Code, scale and value histograms of one tensor, or of all, worst first.
+    Hist(hist::Args),
+    /// Write one tensor, dequantised, as a float32 .npy file.
+    Export(export::Args),
 }
 
 /// Parses the command line and runs it; returns the exit code.
@@ -60,6 +66,8 @@ pub fn main() -> i32 {
         Some(Command::List(a)) => list::run(a),
         Some(Command::Sample(a)) => sample::run(a),
         Some(Command::Checks(a)) => checks::run(a),
+        Some(Command::Hist(a)) => hist::run(a),
+        Some(Command::Export(a)) => export::run(a),
         None => open_demo_or_dir(cli.dir, cli.demo),
     };
     match result {
