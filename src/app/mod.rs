@@ -323,6 +323,16 @@ impl App {
         self.session = Some(session);
     }
 
+    /// Shows an already opened bundle's index without auditing it (headless
+    /// benchmarks, and callers that only browse).
+    pub fn show_index(&mut self, bundle: std::sync::Arc<crate::format::Bundle>) {
+        let mut session = Session::new(bundle.dir.clone());
+        session.apply(&Event::Opened(bundle));
+        self.session = Some(session);
+        self.selected = None;
+        self.rows_key = None;
+    }
+
     fn remember(&mut self, path: &Path) {
         let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         self.recent.retain(|p| p != &path);
@@ -675,7 +685,7 @@ fn badge_ui(ui: &mut egui::Ui, s: &Session) {
         Some(_) => (Color32::from_rgb(0xc6, 0x28, 0x28), Color32::WHITE),
     };
     let mark = match &s.model.outcome {
-        None => "◌",
+        None => "…",
         Some(Ok(o)) if o.valid => "✔",
         Some(_) => "✖",
     };

@@ -38,7 +38,7 @@ pub fn summary_ui(app: &mut App, ui: &mut egui::Ui) {
             (Some(true), _) => ("✔ verified", egui::Color32::from_rgb(0x2e, 0xa0, 0x4e)),
             (Some(false), _) => ("✖ mismatch", ui.visuals().error_fg_color),
             (None, Some(_)) => ("hashed", ui.visuals().text_color()),
-            (None, None) => ("◌ pending", ui.visuals().weak_text_color()),
+            (None, None) => ("… pending", ui.visuals().weak_text_color()),
         };
         ui.horizontal(|ui| {
             ui.label(RichText::new(&f.file).monospace());

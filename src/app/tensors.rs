@@ -196,7 +196,7 @@ pub fn table_ui(app: &mut App, ui: &mut egui::Ui, focus_filter: bool, scroll_to_
 /// The mark shown for a status, with its hover text.
 pub fn status_mark(s: RowStatus) -> (&'static str, &'static str) {
     match s {
-        RowStatus::Pending => ("◌", "not checked yet"),
+        RowStatus::Pending => ("·", "not checked yet"),
         RowStatus::Ok => ("✔", "no finding"),
         RowStatus::Warning => ("⚠", "warnings"),
         RowStatus::Error => ("✖", "errors: see the detail panel"),

@@ -1,0 +1,107 @@
+//! GUI timings, headless through egui_kittest (no GPU needed):
+//! - open → populated table for a 2,000-tensor manifest;
+//! - frame time while a 20,000-row table scrolls from top to bottom.
+//!
+//! Run: `cargo bench --bench gui`. Prints the figures the README records.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bundlescope::app::{App, Command};
+use bundlescope::format::{self, TensorInfo};
+use egui_kittest::Harness;
+use serde_json::json;
+
+fn harness(app: App) -> Harness<'static, App> {
+    Harness::builder()
+        .with_size([1280.0, 820.0])
+        .build_ui_state(|ui, app: &mut App| app.ui(ui), app)
+}
+
+/// A valid-shaped manifest of `n` small dense tensors, with a payload to match.
+fn write_manifest(dir: &std::path::Path, n: usize) {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut records = Vec::new();
+    for i in 0..n {
+        records.push(json!({"name": format!("model.layers.{}.block.{}.weight", i / 8, i % 8),
+            "precision": "original", "encoding": "original", "source_dtype": "BF16",
+            "shape": [64], "offset": i * 128, "bytes": 128}));
+    }
+    let payload = vec![0u8; n * 128];
+    std::fs::write(dir.join("weights.bin"), &payload).unwrap();
+    let m = json!({"format": "audio8-mixed-bundle-v2", "group_size": 64, "tie_word_embeddings": true,
+        "weights_file": "weights.bin", "weights_bytes": payload.len(),
+        "weights_sha256": format::sha256_hex(&payload), "tensors": records,
+        "aliases": {}, "source_revision": "bench", "profile": "bench"});
+    std::fs::write(dir.join("manifest.json"), serde_json::to_vec(&m).unwrap()).unwrap();
+}
+
+fn open_to_table(n: usize) -> Duration {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_manifest(&dir, n);
+    let mut h = harness(App::new(None));
+    let start = Instant::now();
+    h.state_mut().commands.push(Command::Open(dir));
+    loop {
+        h.step();
+        if h.state().rows.len() == n {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "table never filled");
+    }
+    start.elapsed()
+}
+
+fn scroll_frames(n: usize) -> (usize, Duration, Duration) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b");
+    write_manifest(&dir, 10);
+    let mut bundle = format::open(&dir).unwrap();
+    let template: TensorInfo = bundle.tensors[0].clone();
+    bundle.tensors = (0..n)
+        .map(|i| TensorInfo {
+            name: format!("model.layers.{}.experts.{}.weight", i / 128, i % 128),
+            offset: Some(i as u64 * 128),
+            ..template.clone()
+        })
+        .collect();
+    let mut app = App::new(None);
+    app.show_index(Arc::new(bundle));
+    let mut h = harness(app);
+    h.run_steps(3);
+    let mut frames = Vec::new();
+    // Scroll with the wheel over the table until the last row is selected-able.
+    for _ in 0..4000 {
+        h.event(egui::Event::PointerMoved(egui::pos2(300.0, 300.0)));
+        h.event(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Point,
+            delta: egui::vec2(0.0, -600.0),
+            phase: egui::TouchPhase::Move,
+            source: egui::MouseWheelSource::Unknown,
+            modifiers: egui::Modifiers::NONE,
+        });
+        let t = Instant::now();
+        h.step();
+        frames.push(t.elapsed());
+        if egui_kittest::kittest::Queryable::query_by_label(&h, &format!("model.layers.{}.experts.{}.weight", (n - 1) / 128, (n - 1) % 128)).is_some() {
+            break;
+        }
+    }
+    frames.sort();
+    let mean = frames.iter().sum::<Duration>() / frames.len() as u32;
+    let p99 = frames[(frames.len() * 99 / 100).min(frames.len() - 1)];
+    (frames.len(), mean, p99)
+}
+
+fn main() {
+    let mut opens: Vec<Duration> = (0..5).map(|_| open_to_table(2000)).collect();
+    opens.sort();
+    println!("open → populated table, 2,000 tensors: median {:.1} ms (target < 100 ms)", opens[2].as_secs_f64() * 1e3);
+    let (frames, mean, p99) = scroll_frames(20_000);
+    println!(
+        "20,000-row table scrolled end to end: {frames} frames, mean {:.2} ms, p99 {:.2} ms per frame (target < 8 ms)",
+        mean.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3
+    );
+}
