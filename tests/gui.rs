@@ -24,7 +24,10 @@ fn gui() -> Gui {
     let harness = Harness::builder()
         .with_size([1280.0, 820.0])
         .build_ui_state(|ui, app: &mut App| app.ui(ui), app);
-    Gui { harness, _cache: cache }
+    Gui {
+        harness,
+        _cache: cache,
+    }
 }
 
 impl Gui {
@@ -39,12 +42,19 @@ impl Gui {
     }
 
     fn finish(&mut self) {
-        assert!(self.app().wait_for_audit(Duration::from_secs(60)), "audit did not finish");
+        assert!(
+            self.app().wait_for_audit(Duration::from_secs(60)),
+            "audit did not finish"
+        );
         self.harness.run_steps(3);
     }
 
     fn verdict(&mut self) -> String {
-        self.app().session.as_ref().map(|s| s.verdict_text()).unwrap_or_default()
+        self.app()
+            .session
+            .as_ref()
+            .map(|s| s.verdict_text())
+            .unwrap_or_default()
     }
 
     fn tensor_count(&mut self) -> usize {
@@ -91,9 +101,12 @@ fn filter_narrows_and_escape_clears() {
     let mut g = gui();
     g.open(&b.dir);
     let all = g.app().rows.len();
-    g.harness.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
+    g.harness
+        .key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
     g.harness.run_steps(2);
-    g.harness.get_by_role(egui::accesskit::Role::TextInput).type_text("q_proj");
+    g.harness
+        .get_by_role(egui::accesskit::Role::TextInput)
+        .type_text("q_proj");
     g.harness.run_steps(2);
     let rows = g.app().rows.clone();
     assert_eq!(g.app().view.filter, "q_proj");
@@ -115,13 +128,18 @@ fn precision_chip_shows_only_that_precision() {
     let mut g = gui();
     g.open(&b.dir);
     // The chip is the button of that name (table cells and totals are plain labels).
-    g.harness.get_by_role_and_label(egui::accesskit::Role::Button, "q3_full8").click();
+    g.harness
+        .get_by_role_and_label(egui::accesskit::Role::Button, "q3_full8")
+        .click();
     g.harness.run_steps(2);
     let s = g.app().session.as_ref().unwrap();
     let bundle = s.model.bundle.clone().unwrap();
     let rows = g.app().rows.clone();
     assert_eq!(rows.len(), 4);
-    assert!(rows.iter().all(|&i| bundle.tensors[i].precision.as_str() == "q3_full8"));
+    assert!(
+        rows.iter()
+            .all(|&i| bundle.tensors[i].precision.as_str() == "q3_full8")
+    );
 }
 
 #[test]
@@ -134,14 +152,26 @@ fn sorting_by_resident_bytes_orders_the_table() {
     assert_eq!(g.app().view.sort, SortColumn::Resident);
     let s = g.app().session.as_ref().unwrap();
     let bundle = s.model.bundle.clone().unwrap();
-    let resident: Vec<u64> = g.app().rows.iter().map(|&i| bundle.tensors[i].resident_bytes.unwrap_or(0)).collect();
+    let resident: Vec<u64> = g
+        .app()
+        .rows
+        .iter()
+        .map(|&i| bundle.tensors[i].resident_bytes.unwrap_or(0))
+        .collect();
     assert!(resident.windows(2).all(|w| w[0] >= w[1]), "{resident:?}");
     // A second click reverses.
-    g.harness.get_by_label_contains("resident").click_accesskit();
+    g.harness
+        .get_by_label_contains("resident")
+        .click_accesskit();
     g.harness.run_steps(2);
     let s = g.app().session.as_ref().unwrap();
     let bundle = s.model.bundle.clone().unwrap();
-    let resident: Vec<u64> = g.app().rows.iter().map(|&i| bundle.tensors[i].resident_bytes.unwrap_or(0)).collect();
+    let resident: Vec<u64> = g
+        .app()
+        .rows
+        .iter()
+        .map(|&i| bundle.tensors[i].resident_bytes.unwrap_or(0))
+        .collect();
     assert!(resident.windows(2).all(|w| w[0] <= w[1]));
 }
 
@@ -159,7 +189,10 @@ fn a_corrupted_bundle_marks_its_tensor_and_shows_the_finding() {
         let s = g.app().session.as_ref().unwrap();
         s.model.bundle.as_ref().unwrap().find(name).unwrap()
     };
-    assert_eq!(g.app().session.as_ref().unwrap().status(i), RowStatus::Error);
+    assert_eq!(
+        g.app().session.as_ref().unwrap().status(i),
+        RowStatus::Error
+    );
     // Sort errors first, then click the row by its name.
     g.app().view.sort = SortColumn::Status;
     g.app().view.ascending = true;
@@ -176,18 +209,27 @@ fn a_corrupted_bundle_marks_its_tensor_and_shows_the_finding() {
 fn dropping_a_folder_opens_it() {
     let b = TestBundle::v2();
     let mut g = gui();
-    g.harness.input_mut().dropped_files.push(Arc::new(Dropped(b.dir.clone())));
+    g.harness
+        .input_mut()
+        .dropped_files
+        .push(Arc::new(Dropped(b.dir.clone())));
     g.harness.step();
     g.finish();
     assert_eq!(g.app().session.as_ref().unwrap().path, b.dir);
     assert_eq!(g.verdict(), "Valid");
     // Dropping the manifest file opens its folder too.
     let other = TestBundle::v2();
-    g.harness.input_mut().dropped_files.push(Arc::new(Dropped(other.dir.join("manifest.json"))));
+    g.harness
+        .input_mut()
+        .dropped_files
+        .push(Arc::new(Dropped(other.dir.join("manifest.json"))));
     g.harness.step();
     g.finish();
     assert_eq!(g.verdict(), "Valid");
-    assert_eq!(g.app().session.as_ref().unwrap().path, other.dir.join("manifest.json"));
+    assert_eq!(
+        g.app().session.as_ref().unwrap().path,
+        other.dir.join("manifest.json")
+    );
 }
 
 #[test]
@@ -207,7 +249,10 @@ fn arrows_move_the_selection() {
     g.harness.run_steps(2);
     assert_eq!(g.app().selected, Some(first));
     let name = g.app().selected_name().unwrap();
-    assert!(g.harness.query_all_by_label(&name).count() >= 2, "table row and detail panel");
+    assert!(
+        g.harness.query_all_by_label(&name).count() >= 2,
+        "table row and detail panel"
+    );
 }
 
 #[test]
@@ -254,4 +299,54 @@ fn not_a_bundle_is_explained() {
     g.open(tmp.path());
     assert_eq!(g.verdict(), "Not a bundle");
     assert!(shows(&g.harness, "no manifest.json"));
+}
+
+#[test]
+fn quality_view_ranks_the_broken_tensor_first_and_selects_it() {
+    let b = TestBundle::v2();
+    let name = "language_model.model.layers.1.mlp.up_proj.weight";
+    let at = b.record(name)["offset"].as_u64().unwrap() as usize + 40;
+    b.patch_payload(true, |p| p[at] |= 0x0f); // a reserved q4 code
+    let mut g = gui();
+    g.open(&b.dir);
+    g.harness
+        .get_by_role_and_label(egui::accesskit::Role::Button, "Quality")
+        .click();
+    g.harness.run_steps(2);
+    let rows = bundlescope::app::quality_rows(g.app());
+    let i = g
+        .app()
+        .session
+        .as_ref()
+        .unwrap()
+        .model
+        .bundle
+        .as_ref()
+        .unwrap()
+        .find(name)
+        .unwrap();
+    assert_eq!(rows.first().map(|r| r.0), Some(i), "worst tensor first");
+    assert!(rows[0].1.reserved_codes > 0);
+    assert!(
+        rows.windows(2)
+            .all(|w| w[0].1.suspicion >= w[1].1.suspicion)
+    );
+    // The name also shows in the check log below; click the quality table's row.
+    let row = g
+        .harness
+        .get_all_by_label(name)
+        .min_by(|a, b| a.rect().top().total_cmp(&b.rect().top()))
+        .unwrap();
+    row.click();
+    g.harness.run_steps(2);
+    assert_eq!(g.app().selected, Some(i));
+    // The detail panel now shows the charts and the statistics of that tensor.
+    for text in [
+        "Codes",
+        "Scales",
+        "reserved codes",
+        "exceed the maximum code 14",
+    ] {
+        assert!(shows(&g.harness, text), "{text}");
+    }
 }

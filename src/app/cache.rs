@@ -39,6 +39,8 @@ pub struct Cached {
     pub date: String,
     /// Opened, findings, hashes, statistics and Finished, in order.
     pub events: Vec<Event>,
+    /// Checks that passed in that audit.
+    pub passed: u64,
 }
 
 impl AuditCache {
@@ -49,7 +51,11 @@ impl AuditCache {
 
     /// The user's cache folder, `…/bundlescope/audits`.
     pub fn default_location() -> Option<Self> {
-        Some(Self::new(crate::sample::cache_base().join("bundlescope").join("audits")))
+        Some(Self::new(
+            crate::sample::cache_base()
+                .join("bundlescope")
+                .join("audits"),
+        ))
     }
 
     fn entry_path(&self, bundle: &Path) -> Option<PathBuf> {
@@ -100,6 +106,7 @@ impl AuditCache {
         Some(Cached {
             date: entry.date,
             events,
+            passed: entry.passed,
         })
     }
 
@@ -189,7 +196,11 @@ pub fn utc_text(t: SystemTime) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", rem / 3600, rem % 3600 / 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60
+    )
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ pub fn detail_ui(app: &mut App, ui: &mut egui::Ui) {
         return;
     };
     let t = &b.tensors[i];
-    ui.label(RichText::new(&t.name).monospace().strong());
+    ui.add(egui::Label::new(RichText::new(&t.name).monospace().strong()).wrap());
     let (mark, hover) = super::tensors::status_mark(s.status(i));
     ui.label(format!(
         "{mark} {} · {} · {} resident",
@@ -25,11 +25,16 @@ pub fn detail_ui(app: &mut App, ui: &mut egui::Ui) {
     ))
     .on_hover_text(hover);
     if let Some(target) = &t.alias_of {
-        ui.label(format!("alias of {target}: shares its memory, adds no bytes"));
+        ui.label(format!(
+            "alias of {target}: shares its memory, adds no bytes"
+        ));
     }
     if let Some((start, end)) = t.range() {
         let file = b.files.get(t.file).map_or("payload", |f| f.name.as_str());
-        ui.label(format!("bytes {start}..{end} of {file} ({})", human_bytes(end - start)));
+        ui.label(format!(
+            "bytes {start}..{end} of {file} ({})",
+            human_bytes(end - start)
+        ));
     }
     ui.add_space(6.0);
     let findings: Vec<_> = s
@@ -44,7 +49,10 @@ pub fn detail_ui(app: &mut App, ui: &mut egui::Ui) {
     }
     for f in findings {
         ui.horizontal_wrapped(|ui| {
-            ui.label(RichText::new(format!("{} [{}]", f.severity.as_str(), f.check)).color(ui.visuals().error_fg_color));
+            ui.label(
+                RichText::new(format!("{} [{}]", f.severity.as_str(), f.check))
+                    .color(ui.visuals().error_fg_color),
+            );
             ui.label(&f.message);
         });
         let mut at = Vec::new();
@@ -58,15 +66,33 @@ pub fn detail_ui(app: &mut App, ui: &mut egui::Ui) {
             ui.label(RichText::new(at.join(", ")).weak());
         }
     }
+    if let Some(stats) = s.model.stats.get(i).and_then(Option::as_ref) {
+        ui.add_space(6.0);
+        super::histograms::stats_ui(ui, &format!("t{i}"), stats);
+    } else if let Some(target) = t.alias_of.as_ref().and_then(|a| b.find(a))
+        && let Some(stats) = s.model.stats.get(target).and_then(Option::as_ref)
+    {
+        ui.add_space(6.0);
+        super::histograms::stats_ui(ui, &format!("t{target}"), stats);
+    }
     ui.add_space(6.0);
     ui.label(RichText::new("Record").strong());
-    egui::Grid::new("record-fields").striped(true).num_columns(2).show(ui, |ui| {
-        if let Some(obj) = t.record.as_object() {
-            for (k, v) in obj {
-                ui.label(RichText::new(k).monospace());
-                ui.label(RichText::new(v.to_string()).monospace());
-                ui.end_row();
+    // Values can be long (names, grids): truncate, full text on hover, so the
+    // panel never grows past the window.
+    let value_width = (ui.available_width() - 130.0).max(80.0);
+    egui::Grid::new("record-fields")
+        .striped(true)
+        .num_columns(2)
+        .max_col_width(value_width)
+        .show(ui, |ui| {
+            if let Some(obj) = t.record.as_object() {
+                for (k, v) in obj {
+                    ui.label(RichText::new(k).monospace());
+                    let text = v.to_string();
+                    ui.add(egui::Label::new(RichText::new(&text).monospace()).truncate())
+                        .on_hover_text(text);
+                    ui.end_row();
+                }
             }
-        }
-    });
+        });
 }

@@ -5,7 +5,9 @@
 
 mod cache;
 mod detail;
+mod histograms;
 mod provenance;
+mod quality;
 mod stream;
 mod tensors;
 mod welcome;
@@ -21,6 +23,7 @@ use crate::audit::{self, AuditHandle, Event, Failure, Severity};
 use crate::report::ReportBuilder;
 
 pub use cache::AuditCache;
+pub use quality::{QualitySort, quality_rows};
 pub use tensors::SortColumn;
 
 /// How long one frame may spend applying audit events.
@@ -221,6 +224,15 @@ impl Default for TableView {
     }
 }
 
+/// Which view the central panel shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CentralTab {
+    /// Every tensor.
+    Tensors,
+    /// Packed tensors by quality statistics.
+    Quality,
+}
+
 /// Which tab the right-hand panel shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SideTab {
@@ -251,6 +263,12 @@ pub struct App {
     pub errors_only: bool,
     /// Right panel tab.
     pub side: SideTab,
+    /// Central view.
+    pub central: CentralTab,
+    /// Quality table sort.
+    pub quality_sort: QualitySort,
+    /// Quality table order.
+    pub quality_ascending: bool,
     /// A message for the user (errors of dialogs, saves…).
     pub notice: Option<(String, bool)>,
     /// Queued commands from the panels.
@@ -280,6 +298,9 @@ impl App {
             focus_filter: false,
             errors_only: false,
             side: SideTab::Summary,
+            central: CentralTab::Tensors,
+            quality_sort: QualitySort::Suspicion,
+            quality_ascending: false,
             notice: None,
             commands: Vec::new(),
             cache,
@@ -310,12 +331,14 @@ impl App {
             for e in &events.events {
                 session.apply(e);
             }
+            session.model.passed = events.passed;
             self.session = Some(session);
             return;
         }
-        let wake = self.ctx.clone().map(|ctx| {
-            Box::new(move || ctx.request_repaint()) as Box<dyn Fn() + Send + Sync>
-        });
+        let wake = self
+            .ctx
+            .clone()
+            .map(|ctx| Box::new(move || ctx.request_repaint()) as Box<dyn Fn() + Send + Sync>);
         match audit::spawn(path, audit::Options::default(), wake) {
             Ok(h) => session.handle = Some(h),
             Err(e) => self.notice = Some((format!("could not start the audit: {e}"), true)),
@@ -343,8 +366,12 @@ impl App {
     /// Applies pending audit events, spending at most `budget`.
     pub fn drain_events(&mut self, budget: Duration) {
         let deadline = Instant::now() + budget;
-        let Some(session) = &mut self.session else { return };
-        let Some(handle) = &session.handle else { return };
+        let Some(session) = &mut self.session else {
+            return;
+        };
+        let Some(handle) = &session.handle else {
+            return;
+        };
         let mut finished = false;
         let mut events = Vec::new();
         while Instant::now() < deadline {
@@ -397,7 +424,10 @@ impl App {
                 Command::Open(p) => self.open(p, true),
                 Command::OpenDemo => match crate::sample::demo_bundle() {
                     Ok(p) => self.open(p, true),
-                    Err(e) => self.notice = Some((format!("could not write the demo bundle: {e:#}"), true)),
+                    Err(e) => {
+                        self.notice =
+                            Some((format!("could not write the demo bundle: {e:#}"), true))
+                    }
                 },
                 Command::OpenDialog => self.start_dialog(true),
                 Command::SaveReportDialog => self.start_dialog(false),
@@ -436,7 +466,10 @@ impl App {
             return;
         };
         if path.starts_with(&s.path) {
-            self.notice = Some(("bundlescope never writes into the bundle folder; choose another place".into(), true));
+            self.notice = Some((
+                "bundlescope never writes into the bundle folder; choose another place".into(),
+                true,
+            ));
             return;
         }
         let result = serde_json::to_vec_pretty(&report)
@@ -458,7 +491,11 @@ impl App {
             .name("bundlescope-dialog".into())
             .spawn(move || {
                 let result = if open {
-                    DialogResult::Open(rfd::FileDialog::new().set_title("Open bundle folder").pick_folder())
+                    DialogResult::Open(
+                        rfd::FileDialog::new()
+                            .set_title("Open bundle folder")
+                            .pick_folder(),
+                    )
                 } else {
                     DialogResult::Save(
                         rfd::FileDialog::new()
@@ -542,13 +579,16 @@ impl App {
             let down = i.key_pressed(Key::ArrowDown);
             let up = i.key_pressed(Key::ArrowUp);
             if (down || up) && !self.rows.is_empty() {
-                let pos = self.selected.and_then(|s| self.rows.iter().position(|&r| r == s));
+                let pos = self
+                    .selected
+                    .and_then(|s| self.rows.iter().position(|&r| r == s));
                 let next = match (pos, down) {
                     (None, _) => 0,
                     (Some(p), true) => (p + 1).min(self.rows.len() - 1),
                     (Some(p), false) => p.saturating_sub(1),
                 };
-                self.commands.push(Command::Select(self.rows.get(next).copied()));
+                self.commands
+                    .push(Command::Select(self.rows.get(next).copied()));
                 self.scroll_to_selected = true;
             }
         });
@@ -595,7 +635,11 @@ impl App {
         if let Some((msg, error)) = self.notice.clone() {
             egui::Panel::top("notice").show(ui, |ui| {
                 ui.horizontal(|ui| {
-                    let color = if error { ui.visuals().error_fg_color } else { ui.visuals().text_color() };
+                    let color = if error {
+                        ui.visuals().error_fg_color
+                    } else {
+                        ui.visuals().text_color()
+                    };
                     ui.label(RichText::new(msg).color(color));
                     if ui.small_button("×").on_hover_text("Dismiss").clicked() {
                         self.notice = None;
@@ -603,7 +647,11 @@ impl App {
                 });
             });
         }
-        if self.session.as_ref().is_some_and(|s| s.model.bundle.is_some()) {
+        if self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.model.bundle.is_some())
+        {
             egui::Panel::bottom("stream")
                 .resizable(true)
                 .default_size(190.0)
@@ -616,9 +664,19 @@ impl App {
                 .max_size(720.0)
                 .show(ui, |ui| self.side_ui(ui));
             egui::CentralPanel::default().show(ui, |ui| {
+                ui.horizontal(|ui| {
+                    ui.selectable_value(&mut self.central, CentralTab::Tensors, "Tensors");
+                    ui.selectable_value(&mut self.central, CentralTab::Quality, "Quality");
+                });
                 let focus = std::mem::take(&mut self.focus_filter);
+                if focus {
+                    self.central = CentralTab::Tensors;
+                }
                 let scroll = std::mem::take(&mut self.scroll_to_selected);
-                tensors::table_ui(self, ui, focus, scroll);
+                match self.central {
+                    CentralTab::Tensors => tensors::table_ui(self, ui, focus, scroll),
+                    CentralTab::Quality => quality::quality_ui(self, ui),
+                }
             });
         } else {
             egui::CentralPanel::default().show(ui, |ui| welcome::welcome_ui(self, ui));
@@ -634,7 +692,11 @@ impl App {
         ui.horizontal(|ui| {
             if ui
                 .button("Open…")
-                .on_hover_text(format!("Open a bundle folder ({})", ui.ctx().format_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::O))))
+                .on_hover_text(format!(
+                    "Open a bundle folder ({})",
+                    ui.ctx()
+                        .format_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::O))
+                ))
                 .clicked()
             {
                 self.commands.push(Command::OpenDialog);
@@ -650,14 +712,23 @@ impl App {
             badge_ui(ui, s);
             if let Some(date) = &s.cached {
                 ui.label(RichText::new(format!("cached audit of {date}")).weak())
-                    .on_hover_text("The files are unchanged since this audit (same size, mtime and inode)");
+                    .on_hover_text(
+                        "The files are unchanged since this audit (same size, mtime and inode)",
+                    );
             }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                 let done = !s.running();
-                if ui.add_enabled(done, egui::Button::new("Save report…")).clicked() {
+                if ui
+                    .add_enabled(done, egui::Button::new("Save report…"))
+                    .clicked()
+                {
                     self.commands.push(Command::SaveReportDialog);
                 }
-                if ui.add_enabled(done, egui::Button::new("Re-verify")).on_hover_text("Run the full audit again").clicked() {
+                if ui
+                    .add_enabled(done, egui::Button::new("Re-verify"))
+                    .on_hover_text("Run the full audit again")
+                    .clicked()
+                {
                     self.commands.push(Command::Reverify);
                 }
             });
@@ -670,17 +741,22 @@ impl App {
             ui.selectable_value(&mut self.side, SideTab::Summary, "Summary");
         });
         ui.separator();
-        egui::ScrollArea::vertical().auto_shrink([false, false]).show(ui, |ui| match self.side {
-            SideTab::Tensor => detail::detail_ui(self, ui),
-            SideTab::Summary => provenance::summary_ui(self, ui),
-        });
+        egui::ScrollArea::vertical()
+            .auto_shrink([false, false])
+            .show(ui, |ui| match self.side {
+                SideTab::Tensor => detail::detail_ui(self, ui),
+                SideTab::Summary => provenance::summary_ui(self, ui),
+            });
     }
 }
 
 fn badge_ui(ui: &mut egui::Ui, s: &Session) {
     let text = s.verdict_text();
     let (fill, fg) = match &s.model.outcome {
-        None => (ui.visuals().widgets.inactive.bg_fill, ui.visuals().text_color()),
+        None => (
+            ui.visuals().widgets.inactive.bg_fill,
+            ui.visuals().text_color(),
+        ),
         Some(Ok(o)) if o.valid => (Color32::from_rgb(0x1e, 0x8e, 0x3e), Color32::WHITE),
         Some(_) => (Color32::from_rgb(0xc6, 0x28, 0x28), Color32::WHITE),
     };

@@ -12,25 +12,36 @@ pub fn summary_ui(app: &mut App, ui: &mut egui::Ui) {
     let Some(s) = &app.session else { return };
     let Some(b) = &s.model.bundle else { return };
     let p = &b.provenance;
-    egui::Grid::new("provenance").num_columns(2).striped(true).show(ui, |ui| {
-        let mut row = |k: &str, v: String| {
-            ui.label(RichText::new(k).strong());
-            let short = short_hash(&v);
-            let r = ui.label(RichText::new(&short).monospace());
-            if short != v {
-                r.on_hover_text(v);
-            }
-            ui.end_row();
-        };
-        row("format", p.format.clone().unwrap_or_else(|| b.format.name().into()));
-        row("source revision", p.source_revision.clone().unwrap_or_else(|| "—".into()));
-        row("profile", p.profile.clone().unwrap_or_else(|| "—".into()));
-        row("manifest SHA-256", p.manifest_sha256.clone());
-        row(
-            "config.json (expected)",
-            p.expected_config_sha256.clone().unwrap_or_else(|| "not given".into()),
-        );
-    });
+    egui::Grid::new("provenance")
+        .num_columns(2)
+        .striped(true)
+        .show(ui, |ui| {
+            let mut row = |k: &str, v: String| {
+                ui.label(RichText::new(k).strong());
+                let short = short_hash(&v);
+                let r = ui.label(RichText::new(&short).monospace());
+                if short != v {
+                    r.on_hover_text(v);
+                }
+                ui.end_row();
+            };
+            row(
+                "format",
+                p.format.clone().unwrap_or_else(|| b.format.name().into()),
+            );
+            row(
+                "source revision",
+                p.source_revision.clone().unwrap_or_else(|| "—".into()),
+            );
+            row("profile", p.profile.clone().unwrap_or_else(|| "—".into()));
+            row("manifest SHA-256", p.manifest_sha256.clone());
+            row(
+                "config.json (expected)",
+                p.expected_config_sha256
+                    .clone()
+                    .unwrap_or_else(|| "not given".into()),
+            );
+        });
     ui.add_space(8.0);
     ui.label(RichText::new("Files").strong());
     for f in &s.model.files {
@@ -44,38 +55,62 @@ pub fn summary_ui(app: &mut App, ui: &mut egui::Ui) {
             ui.label(RichText::new(&f.file).monospace());
             ui.label(RichText::new(state).color(color));
         });
-        for (what, v) in [("sha256  ", f.sha256.as_deref()), ("expected", f.expected_sha256.as_deref())] {
-            let full = v.unwrap_or(if what == "expected" { "not given" } else { "…" });
-            ui.label(RichText::new(format!("{what} {}", short_hash(full))).monospace().small())
-                .on_hover_text(full);
+        for (what, v) in [
+            ("sha256  ", f.sha256.as_deref()),
+            ("expected", f.expected_sha256.as_deref()),
+        ] {
+            let full = v.unwrap_or(if what == "expected" {
+                "not given"
+            } else {
+                "…"
+            });
+            ui.label(
+                RichText::new(format!("{what} {}", short_hash(full)))
+                    .monospace()
+                    .small(),
+            )
+            .on_hover_text(full);
         }
     }
     ui.add_space(8.0);
     ui.label(RichText::new("Totals by precision").strong());
     let t = totals(&b.tensors);
-    egui::Grid::new("totals").num_columns(5).striped(true).show(ui, |ui| {
-        for h in ["precision", "tensors", "bytes", "share", "bits/weight"] {
-            ui.label(RichText::new(h).weak());
-        }
-        ui.end_row();
-        for (name, v) in &t.by_precision {
-            ui.label(name);
-            ui.label(v.tensors.to_string());
-            ui.label(human_bytes(v.bytes));
-            let share = if t.bytes > 0 { v.bytes as f32 / t.bytes as f32 } else { 0.0 };
-            ui.add(egui::ProgressBar::new(share).desired_width(90.0).text(format!("{:.0}%", share * 100.0)));
-            ui.label(v.bits_per_weight.map_or("—".into(), |b| format!("{b:.2}")));
+    egui::Grid::new("totals")
+        .num_columns(5)
+        .striped(true)
+        .show(ui, |ui| {
+            for h in ["precision", "tensors", "bytes", "share", "bits/weight"] {
+                ui.label(RichText::new(h).weak());
+            }
             ui.end_row();
-        }
-        ui.label(RichText::new("all").strong());
-        ui.label(t.tensors.to_string());
-        ui.label(human_bytes(t.bytes));
-        ui.label("");
-        ui.label(t.bits_per_weight.map_or("—".into(), |b| format!("{b:.2}")));
-        ui.end_row();
-    });
+            for (name, v) in &t.by_precision {
+                ui.label(name);
+                ui.label(v.tensors.to_string());
+                ui.label(human_bytes(v.bytes));
+                let share = if t.bytes > 0 {
+                    v.bytes as f32 / t.bytes as f32
+                } else {
+                    0.0
+                };
+                ui.add(
+                    egui::ProgressBar::new(share)
+                        .desired_width(90.0)
+                        .text(format!("{:.0}%", share * 100.0)),
+                );
+                ui.label(v.bits_per_weight.map_or("—".into(), |b| format!("{b:.2}")));
+                ui.end_row();
+            }
+            ui.label(RichText::new("all").strong());
+            ui.label(t.tensors.to_string());
+            ui.label(human_bytes(t.bytes));
+            ui.label("");
+            ui.label(t.bits_per_weight.map_or("—".into(), |b| format!("{b:.2}")));
+            ui.end_row();
+        });
     if t.aliases > 0 {
-        ui.label(RichText::new(format!("{} aliases share their targets' memory", t.aliases)).weak());
+        ui.label(
+            RichText::new(format!("{} aliases share their targets' memory", t.aliases)).weak(),
+        );
     }
 }
 

@@ -12,7 +12,11 @@ fn eta(done: u64, total: u64, rate: f64) -> String {
         return String::new();
     }
     let secs = (total - done) as f64 / rate;
-    if secs < 1.0 { "ETA <1 s".into() } else { format!("ETA {secs:.0} s") }
+    if secs < 1.0 {
+        "ETA <1 s".into()
+    } else {
+        format!("ETA {secs:.0} s")
+    }
 }
 
 /// Draws the stream panel.
@@ -39,7 +43,11 @@ pub fn stream_ui(app: &mut App, ui: &mut egui::Ui) {
             (Some(_), Some(b)) => (b, b),
             _ => (done, total),
         };
-        let frac = if total > 0 { done as f32 / total as f32 } else { 0.0 };
+        let frac = if total > 0 {
+            done as f32 / total as f32
+        } else {
+            0.0
+        };
         ui.horizontal(|ui| {
             ui.label(RichText::new(&f.file).monospace());
             let state = match f.ok {
@@ -54,7 +62,11 @@ pub fn stream_ui(app: &mut App, ui: &mut egui::Ui) {
                     eta(done, total, rate)
                 ),
             };
-            ui.add(egui::ProgressBar::new(frac).desired_width(320.0).text(state));
+            ui.add(
+                egui::ProgressBar::new(frac)
+                    .desired_width(320.0)
+                    .text(state),
+            );
         });
     }
     ui.separator();

@@ -75,7 +75,11 @@ fn chips_ui(app: &mut App, ui: &mut egui::Ui, b: &Bundle) {
     precisions.dedup();
     for p in precisions {
         let on = app.view.precisions.contains(p);
-        if ui.selectable_label(on, p).on_hover_text("Show only these precisions (click again to clear)").clicked() {
+        if ui
+            .selectable_label(on, p)
+            .on_hover_text("Show only these precisions (click again to clear)")
+            .clicked()
+        {
             if on {
                 app.view.precisions.remove(p);
             } else {
@@ -100,7 +104,10 @@ fn header_ui(app: &mut App, ui: &mut egui::Ui, label: &str, col: SortColumn) {
             app.view.ascending = !app.view.ascending;
         } else {
             app.view.sort = col;
-            app.view.ascending = !matches!(col, SortColumn::Bytes | SortColumn::Resident | SortColumn::Status);
+            app.view.ascending = !matches!(
+                col,
+                SortColumn::Bytes | SortColumn::Resident | SortColumn::Status
+            );
         }
     }
 }
@@ -121,10 +128,19 @@ pub fn table_ui(app: &mut App, ui: &mut egui::Ui, focus_filter: bool, scroll_to_
             r.request_focus();
         }
         chips_ui(app, ui, &bundle);
-        ui.label(RichText::new(format!("{} of {} tensors", app.rows.len(), bundle.tensors.len())).weak());
+        ui.label(
+            RichText::new(format!(
+                "{} of {} tensors",
+                app.rows.len(),
+                bundle.tensors.len()
+            ))
+            .weak(),
+        );
     });
     app.refresh_rows();
-    let selected_pos = app.selected.and_then(|s| app.rows.iter().position(|&r| r == s));
+    let selected_pos = app
+        .selected
+        .and_then(|s| app.rows.iter().position(|&r| r == s));
     let row_h = ui.text_style_height(&egui::TextStyle::Body) + 6.0;
     let mut table = TableBuilder::new(ui)
         .id_salt("tensor-table")
@@ -155,7 +171,9 @@ pub fn table_ui(app: &mut App, ui: &mut egui::Ui, focus_filter: bool, scroll_to_
             h.col(|ui| header_ui(app, ui, "resident", SortColumn::Resident));
         })
         .body(|body| {
-            let Some(session) = app.session.as_ref() else { return };
+            let Some(session) = app.session.as_ref() else {
+                return;
+            };
             body.rows(row_h, rows.len(), |mut row| {
                 let i = rows[row.index()];
                 let t = &bundle.tensors[i];
@@ -166,7 +184,11 @@ pub fn table_ui(app: &mut App, ui: &mut egui::Ui, focus_filter: bool, scroll_to_
                         Some(target) => format!("{} → {target}", t.name),
                         None => t.name.clone(),
                     };
-                    ui.add(egui::Label::new(RichText::new(name).monospace()).truncate().selectable(false));
+                    ui.add(
+                        egui::Label::new(RichText::new(name).monospace())
+                            .truncate()
+                            .selectable(false),
+                    );
                 });
                 row.col(|ui| {
                     ui.label(t.precision.as_str());
@@ -211,5 +233,6 @@ fn status_ui(ui: &mut egui::Ui, s: RowStatus) {
         RowStatus::Warning => ui.visuals().warn_fg_color,
         RowStatus::Error => ui.visuals().error_fg_color,
     };
-    ui.label(RichText::new(mark).color(color)).on_hover_text(hover);
+    ui.label(RichText::new(mark).color(color))
+        .on_hover_text(hover);
 }

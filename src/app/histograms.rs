@@ -1,0 +1,206 @@
+//! Charts of the selected tensor's codes, scales and values (egui_plot).
+//! The numbers come from the audit's single pass; nothing is computed here.
+
+use egui::{Color32, RichText};
+use egui_plot::{Bar, BarChart, Plot};
+
+use crate::decode::stats::{CodeCounts, ScaleSummary, TensorStats, ValueSummary};
+
+const BAR: Color32 = Color32::from_rgb(0x3b, 0x82, 0xc4);
+
+/// Draws every chart the tensor's statistics allow.
+pub fn stats_ui(ui: &mut egui::Ui, id: &str, stats: &TensorStats) {
+    if let Some(c) = &stats.codes {
+        codes_ui(ui, id, c);
+    }
+    if let Some(s) = &stats.scales {
+        scales_ui(ui, id, s);
+    }
+    if let Some(v) = &stats.values {
+        values_ui(ui, id, v);
+    }
+    if let Some(q) = &stats.quality {
+        egui::Grid::new(format!("{id}-quality"))
+            .num_columns(2)
+            .striped(true)
+            .show(ui, |ui| {
+                let mut row = |k: &str, v: String| {
+                    ui.label(k);
+                    ui.label(RichText::new(v).monospace());
+                    ui.end_row();
+                };
+                row("entropy (effective bits)", format!("{:.3}", q.entropy_bits));
+                row(
+                    "clipped (extreme levels)",
+                    format!("{:.2}%", q.clipping_share * 100.0),
+                );
+                row(
+                    "unused levels",
+                    if q.unused_levels.is_empty() {
+                        "none".into()
+                    } else {
+                        format!("{:?}", q.unused_levels)
+                    },
+                );
+                row(
+                    "all-zero groups",
+                    format!("{} of {}", q.zero_groups, q.groups),
+                );
+                row(
+                    "scale range (max/min)",
+                    format!("{:.1}", q.scale_dynamic_range),
+                );
+                row(
+                    "outlier rows (> 8× median scale)",
+                    q.outlier_rows.to_string(),
+                );
+                row("reserved codes", q.reserved_codes.to_string());
+                row("suspicion", format!("{:.2}", q.suspicion));
+            });
+    }
+}
+
+fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts) {
+    let total = c.total().max(1) as f64;
+    ui.label(RichText::new("Codes").strong())
+        .on_hover_text("One bar per stored code; the axis shows its level (code − zero point)");
+    let warn = ui.visuals().warn_fg_color;
+    let bars: Vec<Bar> = c
+        .counts
+        .iter()
+        .enumerate()
+        .map(|(code, &n)| {
+            let level = code as i32 - c.zero;
+            let reserved = code > usize::from(c.max_code);
+            Bar::new(code as f64, n as f64)
+                .width(0.8)
+                .name(if reserved {
+                    format!("code {code} (reserved)")
+                } else {
+                    format!("code {code}, level {level:+}")
+                })
+                .fill(if reserved { warn } else { BAR })
+        })
+        .collect();
+    let chart = BarChart::new("codes", bars).element_formatter(Box::new(move |bar, _| {
+        format!(
+            "{}\n{} codes ({:.2}%)",
+            bar.name,
+            bar.value as u64,
+            bar.value / total * 100.0
+        )
+    }));
+    let zero = c.zero;
+    Plot::new(format!("{id}-codes"))
+        .height(150.0)
+        .allow_zoom(false)
+        .allow_drag(false)
+        .allow_scroll(false)
+        .show_y(false)
+        .x_grid_spacer(egui_plot::uniform_grid_spacer(|_| [1.0, 2.0, 4.0]))
+        .x_axis_formatter(move |mark, _| {
+            let v = mark.value;
+            if (v - v.round()).abs() < 1e-6 {
+                format!("{:+}", v.round() as i32 - zero)
+            } else {
+                String::new()
+            }
+        })
+        .show(ui, |p| p.bar_chart(chart));
+}
+
+fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary) {
+    ui.label(RichText::new("Scales").strong())
+        .on_hover_text("Half-octave bins, log2 axis");
+    ui.label(
+        RichText::new(format!(
+            "{} scales · min {:.3e} · p01 {:.3e} · median {:.3e} · p99 {:.3e} · max {:.3e}{}",
+            s.count,
+            s.min,
+            s.p01,
+            s.median,
+            s.p99,
+            s.max,
+            if s.invalid > 0 {
+                format!(" · {} invalid", s.invalid)
+            } else {
+                String::new()
+            }
+        ))
+        .small(),
+    );
+    let total = s.count.max(1) as f64;
+    let bars: Vec<Bar> = s
+        .bins
+        .iter()
+        .map(|b| {
+            let (lo, hi) = (b.lo.log2(), b.hi.log2());
+            Bar::new((lo + hi) / 2.0, b.count as f64)
+                .width((hi - lo) * 0.9)
+                .name(format!("{:.3e} – {:.3e}", b.lo, b.hi))
+                .fill(BAR)
+        })
+        .collect();
+    let chart = BarChart::new("scales", bars).element_formatter(Box::new(move |bar, _| {
+        format!(
+            "{}\n{} scales ({:.2}%)",
+            bar.name,
+            bar.value as u64,
+            bar.value / total * 100.0
+        )
+    }));
+    Plot::new(format!("{id}-scales"))
+        .height(130.0)
+        .allow_zoom(false)
+        .allow_drag(false)
+        .allow_scroll(false)
+        .show_y(false)
+        .x_axis_formatter(|mark, _| format!("2^{:.1}", mark.value))
+        .show(ui, |p| p.bar_chart(chart));
+}
+
+fn values_ui(ui: &mut egui::Ui, id: &str, v: &ValueSummary) {
+    ui.label(RichText::new("Values").strong());
+    ui.label(
+        RichText::new(format!(
+            "{} values · min {:.4} · max {:.4} · mean {:.4} · std {:.4}{}",
+            v.count,
+            v.min,
+            v.max,
+            v.mean,
+            v.std,
+            if v.nonfinite > 0 {
+                format!(" · {} non-finite", v.nonfinite)
+            } else {
+                String::new()
+            }
+        ))
+        .small(),
+    );
+    let total = v.count.max(1) as f64;
+    let bars: Vec<Bar> = v
+        .bins
+        .iter()
+        .map(|b| {
+            Bar::new((b.lo + b.hi) / 2.0, b.count as f64)
+                .width((b.hi - b.lo).max(1e-12) * 0.95)
+                .name(format!("{:.4} – {:.4}", b.lo, b.hi))
+                .fill(BAR)
+        })
+        .collect();
+    let chart = BarChart::new("values", bars).element_formatter(Box::new(move |bar, _| {
+        format!(
+            "{}\n{} values ({:.2}%)",
+            bar.name,
+            bar.value as u64,
+            bar.value / total * 100.0
+        )
+    }));
+    Plot::new(format!("{id}-values"))
+        .height(130.0)
+        .allow_zoom(false)
+        .allow_drag(false)
+        .allow_scroll(false)
+        .show_y(false)
+        .show(ui, |p| p.bar_chart(chart));
+}
