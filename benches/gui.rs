@@ -23,9 +23,11 @@ fn write_manifest(dir: &std::path::Path, n: usize) {
     std::fs::create_dir_all(dir).unwrap();
     let mut records = Vec::new();
     for i in 0..n {
-        records.push(json!({"name": format!("model.layers.{}.block.{}.weight", i / 8, i % 8),
+        records.push(
+            json!({"name": format!("model.layers.{}.block.{}.weight", i / 8, i % 8),
             "precision": "original", "encoding": "original", "source_dtype": "BF16",
-            "shape": [64], "offset": i * 128, "bytes": 128}));
+            "shape": [64], "offset": i * 128, "bytes": 128}),
+        );
     }
     let payload = vec![0u8; n * 128];
     std::fs::write(dir.join("weights.bin"), &payload).unwrap();
@@ -48,7 +50,10 @@ fn open_to_table(n: usize) -> Duration {
         if h.state().rows.len() == n {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "table never filled");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "table never filled"
+        );
     }
     start.elapsed()
 }
@@ -84,7 +89,16 @@ fn scroll_frames(n: usize) -> (usize, Duration, Duration) {
         let t = Instant::now();
         h.step();
         frames.push(t.elapsed());
-        if egui_kittest::kittest::Queryable::query_by_label(&h, &format!("model.layers.{}.experts.{}.weight", (n - 1) / 128, (n - 1) % 128)).is_some() {
+        if egui_kittest::kittest::Queryable::query_by_label(
+            &h,
+            &format!(
+                "model.layers.{}.experts.{}.weight",
+                (n - 1) / 128,
+                (n - 1) % 128
+            ),
+        )
+        .is_some()
+        {
             break;
         }
     }
@@ -97,7 +111,10 @@ fn scroll_frames(n: usize) -> (usize, Duration, Duration) {
 fn main() {
     let mut opens: Vec<Duration> = (0..5).map(|_| open_to_table(2000)).collect();
     opens.sort();
-    println!("open → populated table, 2,000 tensors: median {:.1} ms (target < 100 ms)", opens[2].as_secs_f64() * 1e3);
+    println!(
+        "open → populated table, 2,000 tensors: median {:.1} ms (target < 100 ms)",
+        opens[2].as_secs_f64() * 1e3
+    );
     let (frames, mean, p99) = scroll_frames(20_000);
     println!(
         "20,000-row table scrolled end to end: {frames} frames, mean {:.2} ms, p99 {:.2} ms per frame (target < 8 ms)",
