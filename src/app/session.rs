@@ -1,0 +1,154 @@
+//! One opened bundle and its audit: the model the panels draw from.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use crate::audit::{AuditHandle, Event, Failure, Severity};
+use crate::report::ReportBuilder;
+
+/// One line of the stream panel's check log.
+#[derive(Debug, Clone)]
+pub struct LogRow {
+    /// Check id.
+    pub check: String,
+    /// Tensor it concerns.
+    pub tensor: Option<String>,
+    /// `None` for a pass, else the finding's severity.
+    pub severity: Option<Severity>,
+    /// The finding's message.
+    pub message: Option<String>,
+}
+
+/// The state of a tensor's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RowStatus {
+    /// Not checked yet.
+    Pending,
+    /// Checked, no finding.
+    Ok,
+    /// Warnings only.
+    Warning,
+    /// At least one error.
+    Error,
+}
+
+/// One opened bundle and its audit.
+pub struct Session {
+    /// What the user opened.
+    pub path: PathBuf,
+    /// The report as it builds up.
+    pub model: ReportBuilder,
+    pub(super) handle: Option<AuditHandle>,
+    /// Every check as it arrived.
+    pub log: Vec<LogRow>,
+    /// Errors and warnings per tensor.
+    pub tensor_findings: Vec<(u32, u32)>,
+    /// Tensor scanned.
+    pub tensor_done: Vec<bool>,
+    by_name: HashMap<String, usize>,
+    /// When the audit was taken from the cache, its date.
+    pub cached: Option<String>,
+    /// When it started.
+    pub started: Instant,
+}
+
+impl Session {
+    pub(super) fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            model: ReportBuilder::default(),
+            handle: None,
+            log: Vec::new(),
+            tensor_findings: Vec::new(),
+            tensor_done: Vec::new(),
+            by_name: HashMap::new(),
+            cached: None,
+            started: Instant::now(),
+        }
+    }
+
+    /// Applies one audit event to the session's model.
+    pub fn apply(&mut self, event: &Event) {
+        match event {
+            Event::Opened(b) => {
+                self.tensor_findings = vec![(0, 0); b.tensors.len()];
+                self.tensor_done = vec![false; b.tensors.len()];
+                self.by_name = b
+                    .tensors
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (t.name.clone(), i))
+                    .collect();
+            }
+            Event::Passed { check, tensor } => self.log.push(LogRow {
+                check: check.to_string(),
+                tensor: tensor.clone(),
+                severity: None,
+                message: None,
+            }),
+            Event::Finding(f) => {
+                self.note_finding(f);
+                self.log.push(LogRow {
+                    check: f.check.clone(),
+                    tensor: f.tensor.clone(),
+                    severity: Some(f.severity),
+                    message: Some(f.message.clone()),
+                });
+            }
+            Event::TensorDone { tensor, .. } => {
+                if let Some(d) = self.tensor_done.get_mut(*tensor) {
+                    *d = true;
+                }
+            }
+            _ => {}
+        }
+        self.model.apply(event);
+    }
+
+    fn note_finding(&mut self, f: &crate::audit::Finding) {
+        if let Some(i) = f.tensor.as_ref().and_then(|t| self.by_name.get(t))
+            && let Some(c) = self.tensor_findings.get_mut(*i)
+        {
+            match f.severity {
+                Severity::Error => c.0 += 1,
+                Severity::Warning => c.1 += 1,
+                Severity::Info => {}
+            }
+        }
+    }
+
+    /// Is the audit still running?
+    pub fn running(&self) -> bool {
+        self.model.outcome.is_none()
+    }
+
+    /// Status mark of tensor `i`.
+    pub fn status(&self, i: usize) -> RowStatus {
+        let (errors, warnings) = self.tensor_findings.get(i).copied().unwrap_or((0, 0));
+        if errors > 0 {
+            RowStatus::Error
+        } else if warnings > 0 {
+            RowStatus::Warning
+        } else if self.tensor_done.get(i).copied().unwrap_or(false) || !self.running() {
+            RowStatus::Ok
+        } else {
+            RowStatus::Pending
+        }
+    }
+
+    /// The verdict badge's text.
+    pub fn verdict_text(&self) -> String {
+        match &self.model.outcome {
+            None => "Auditing…".into(),
+            Some(Ok(o)) if o.valid => "Valid".into(),
+            Some(Ok(o)) => format!(
+                "Invalid ({} error{})",
+                o.errors,
+                if o.errors == 1 { "" } else { "s" }
+            ),
+            Some(Err(Failure::Cancelled)) => "Cancelled".into(),
+            Some(Err(Failure::Open(_))) => "Not a bundle".into(),
+        }
+    }
+}
