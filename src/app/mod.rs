@@ -560,7 +560,18 @@ impl App {
                 ui.label(RichText::new("bundlescope").strong());
                 return;
             };
-            ui.label(RichText::new(s.path.display().to_string()).monospace());
+            // The folder's name, as a Mac title bar shows it; the full path on hover.
+            let name = s
+                .path
+                .file_name()
+                .filter(|n| *n != "manifest.json")
+                .or_else(|| s.path.parent().and_then(Path::file_name))
+                .map_or_else(
+                    || s.path.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                );
+            ui.label(RichText::new(name).monospace().strong())
+                .on_hover_text(s.path.display().to_string());
             if let Some(b) = &s.model.bundle {
                 ui.label(RichText::new(b.format.short()).weak());
             }

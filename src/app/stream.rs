@@ -28,7 +28,10 @@ pub fn stream_ui(app: &mut App, ui: &mut egui::Ui) {
         ui.label(RichText::new("Audit").strong());
         ui.label(format!("{passed} checks passed"));
         if errors > 0 {
-            ui.label(RichText::new(format!("{errors} errors")).color(ui.visuals().error_fg_color));
+            let plural = if errors == 1 { "error" } else { "errors" };
+            ui.label(
+                RichText::new(format!("{errors} {plural}")).color(ui.visuals().error_fg_color),
+            );
         }
         if let Some(date) = &s.cached {
             ui.label(RichText::new(format!("(from the cache, {date})")).weak());
