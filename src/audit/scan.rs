@@ -2,6 +2,8 @@
 //! the histograms of the single pass. A scanner sees its tensor's bytes in
 //! order, in pieces of any size, and carries partial units across pieces.
 
+use rayon::prelude::*;
+
 use crate::audit::checks as c;
 use crate::audit::finding::Finding;
 use crate::decode::stats::{self, CodeCounts, Moments, Pattern16, Quality, TensorStats};
@@ -89,14 +91,14 @@ struct PackedAcc {
     start: u64,
     kind: PackedKind,
     codes_pos: u64,
-    /// q4: histogram of whole bytes; q3: histogram of 12-bit halves of 3-byte units.
-    hist: Vec<u64>,
     zero_group: Vec<u8>,
-    zero_groups: u64,
-    /// Absolute byte offset and tensor-relative code index of the first reserved code.
-    first_reserved: Option<(u64, u64)>,
+    tally: CodeTally,
     scale_hist: Vec<u32>,
     scale_index: u64,
+    /// Row and group within it of the next scale (a division per scale costs
+    /// more than the rest of its work).
+    scale_row: usize,
+    scale_in_row: u64,
     groups_per_row: u64,
     row_max: Vec<u16>,
     first_bad_scale: Option<(u64, u16)>,
@@ -145,53 +147,208 @@ fn has_code_7(w: u32) -> bool {
     w & (w >> 1) & (w >> 2) & 0x0024_9249 != 0
 }
 
-impl PackedAcc {
-    fn codes(&mut self, units: &[u8]) {
-        let group = self.zero_group.len();
-        for g in units.chunks_exact(group) {
-            match self.kind {
-                PackedKind::Q4 => {
-                    for &b in g {
-                        self.hist[usize::from(b)] += 1;
-                    }
-                    if self.first_reserved.is_none() && has_nibble_15(g) {
-                        self.first_reserved = self.locate_reserved(g);
-                    }
-                }
-                PackedKind::Q3 | PackedKind::Q3Full8 => {
-                    let mut bad = false;
-                    for t in g.chunks_exact(3) {
-                        let w = u32::from(t[0]) | u32::from(t[1]) << 8 | u32::from(t[2]) << 16;
-                        self.hist[(w & 0xfff) as usize] += 1;
-                        self.hist[(w >> 12) as usize] += 1;
-                        bad |= has_code_7(w);
-                    }
-                    if bad && self.kind == PackedKind::Q3 && self.first_reserved.is_none() {
-                        self.first_reserved = self.locate_reserved(g);
-                    }
-                }
-            }
-            if g == self.zero_group.as_slice() {
-                self.zero_groups += 1;
-            }
-            self.codes_pos += group as u64;
+/// Code bytes fed at once above which a scanner splits them over rayon's
+/// threads: below it the split costs more than it saves.
+const PARALLEL_MIN_BYTES: usize = 2 << 20;
+
+/// Bytes one tally takes between emptying its u32 sub-tables into u64
+/// totals, so no sub-table count can overflow. A multiple of both group sizes.
+const FLUSH_BYTES: u64 = 3 << 28;
+
+/// What a scanner needs to know to tally a run of code groups.
+struct CodeCtx<'a> {
+    kind: PackedKind,
+    /// Absolute offset of the tensor's first byte.
+    start: u64,
+    /// The bytes of a group whose 64 codes are all the zero level.
+    zero_group: &'a [u8],
+}
+
+/// Counting tables. Several interleaved tables break the store-to-load
+/// chain a single table suffers when one pattern repeats (the zero level,
+/// above all); u32 cells keep them small enough for L1.
+enum Sub {
+    /// Four tables of byte values (two 4-bit codes each).
+    Q4(Box<[[u32; 256]; 4]>),
+    /// Two tables of 12-bit halves of 3-byte units (four 3-bit codes each).
+    Q3(Box<[[u32; 4096]; 2]>),
+}
+
+/// The code statistics of a run of whole groups. Runs tallied apart (on
+/// different threads) and merged in order give exactly what one sequential
+/// tally of the same bytes gives.
+struct CodeTally {
+    sub: Sub,
+    /// Bytes counted into `sub` since it was last emptied into `hist`.
+    pending: u64,
+    /// q4: counts of byte values; q3: counts of 12-bit halves.
+    hist: Vec<u64>,
+    zero_groups: u64,
+    /// Absolute byte offset and tensor-relative code index of the first reserved code.
+    first_reserved: Option<(u64, u64)>,
+}
+
+impl CodeTally {
+    fn new(kind: PackedKind) -> Self {
+        let (sub, cells) = match kind {
+            PackedKind::Q4 => (Sub::Q4(Box::new([[0; 256]; 4])), 256),
+            PackedKind::Q3 | PackedKind::Q3Full8 => (Sub::Q3(Box::new([[0; 4096]; 2])), 4096),
+        };
+        Self {
+            sub,
+            pending: 0,
+            hist: vec![0; cells],
+            zero_groups: 0,
+            first_reserved: None,
         }
     }
 
-    /// Byte offset and code index of the first reserved code in group `g`.
-    fn locate_reserved(&self, g: &[u8]) -> Option<(u64, u64)> {
-        let bits = self.kind.bits();
-        let max = self.kind.max_code();
-        (0..64).find_map(|j| {
-            let code = decode::code_at(g, bits, j)?;
-            let bit = j as u64 * u64::from(bits);
-            (code > max).then(|| {
-                (
-                    self.start + self.codes_pos + bit / 8,
-                    self.codes_pos * 8 / u64::from(bits) + j as u64,
-                )
-            })
+    /// Tallies `units` (whole groups) that start `pos` bytes into the codes.
+    fn run(&mut self, ctx: &CodeCtx, mut pos: u64, units: &[u8]) {
+        for part in units.chunks(FLUSH_BYTES as usize) {
+            if self.pending + part.len() as u64 > u64::from(u32::MAX) {
+                self.flush();
+            }
+            match ctx.kind {
+                PackedKind::Q4 => self.q4(ctx, pos, part),
+                PackedKind::Q3 | PackedKind::Q3Full8 => self.q3(ctx, pos, part),
+            }
+            self.pending += part.len() as u64;
+            pos += part.len() as u64;
+        }
+    }
+
+    fn q4(&mut self, ctx: &CodeCtx, pos: u64, units: &[u8]) {
+        let Sub::Q4(t) = &mut self.sub else { return };
+        let (groups, _) = units.as_chunks::<32>();
+        for (i, g) in groups.iter().enumerate() {
+            for w in g.as_chunks::<8>().0 {
+                let x = u64::from_le_bytes(*w);
+                for k in 0..8 {
+                    t[k & 3][((x >> (8 * k)) & 0xff) as usize] += 1;
+                }
+            }
+            if self.first_reserved.is_none() && has_nibble_15(g) {
+                self.first_reserved = locate_reserved(ctx, pos + 32 * i as u64, g);
+            }
+            if g.as_slice() == ctx.zero_group {
+                self.zero_groups += 1;
+            }
+        }
+    }
+
+    fn q3(&mut self, ctx: &CodeCtx, pos: u64, units: &[u8]) {
+        let Sub::Q3(t) = &mut self.sub else { return };
+        let (groups, _) = units.as_chunks::<24>();
+        for (i, g) in groups.iter().enumerate() {
+            let mut bad = false;
+            for u in g.as_chunks::<3>().0 {
+                let w = u32::from(u[0]) | u32::from(u[1]) << 8 | u32::from(u[2]) << 16;
+                t[0][(w & 0xfff) as usize] += 1;
+                t[1][(w >> 12) as usize] += 1;
+                bad |= has_code_7(w);
+            }
+            if bad && ctx.kind == PackedKind::Q3 && self.first_reserved.is_none() {
+                self.first_reserved = locate_reserved(ctx, pos + 24 * i as u64, g);
+            }
+            if g.as_slice() == ctx.zero_group {
+                self.zero_groups += 1;
+            }
+        }
+    }
+
+    /// Empties the sub-tables into the u64 totals.
+    fn flush(&mut self) {
+        match &mut self.sub {
+            Sub::Q4(t) => drain(&mut self.hist, t.as_mut_slice()),
+            Sub::Q3(t) => drain(&mut self.hist, t.as_mut_slice()),
+        }
+        self.pending = 0;
+    }
+
+    /// Adds a later run's tally to this one.
+    fn merge(&mut self, mut later: CodeTally) {
+        later.flush();
+        for (a, b) in self.hist.iter_mut().zip(&later.hist) {
+            *a += b;
+        }
+        self.zero_groups += later.zero_groups;
+        self.first_reserved = self.first_reserved.or(later.first_reserved);
+    }
+
+    /// The totals, sub-tables included, without emptying them.
+    fn totals(&self) -> Vec<u64> {
+        let mut out = self.hist.clone();
+        match &self.sub {
+            Sub::Q4(t) => add_tables(&mut out, t.as_slice()),
+            Sub::Q3(t) => add_tables(&mut out, t.as_slice()),
+        }
+        out
+    }
+}
+
+fn add_tables<const N: usize>(out: &mut [u64], tables: &[[u32; N]]) {
+    for table in tables {
+        for (o, &n) in out.iter_mut().zip(table) {
+            *o += u64::from(n);
+        }
+    }
+}
+
+fn drain<const N: usize>(out: &mut [u64], tables: &mut [[u32; N]]) {
+    add_tables(out, tables);
+    for table in tables {
+        table.fill(0);
+    }
+}
+
+/// Byte offset and code index of the first reserved code in group `g`,
+/// which starts `pos` bytes into the codes.
+fn locate_reserved(ctx: &CodeCtx, pos: u64, g: &[u8]) -> Option<(u64, u64)> {
+    let bits = ctx.kind.bits();
+    let max = ctx.kind.max_code();
+    (0..64).find_map(|j| {
+        let code = decode::code_at(g, bits, j)?;
+        let bit = j as u64 * u64::from(bits);
+        (code > max).then(|| {
+            (
+                ctx.start + pos + bit / 8,
+                pos * 8 / u64::from(bits) + j as u64,
+            )
         })
+    })
+}
+
+impl PackedAcc {
+    fn codes(&mut self, units: &[u8]) {
+        let ctx = CodeCtx {
+            kind: self.kind,
+            start: self.start,
+            zero_group: &self.zero_group,
+        };
+        let threads = rayon::current_num_threads();
+        if threads > 1 && units.len() >= PARALLEL_MIN_BYTES {
+            // Pieces of whole groups, a few per thread so uneven cores even out.
+            let group = ctx.zero_group.len().max(1);
+            let piece = (units.len() / (threads * 4)).max(PARALLEL_MIN_BYTES / 4);
+            let piece = piece.div_ceil(group) * group;
+            let pos = self.codes_pos;
+            let tallies: Vec<CodeTally> = units
+                .par_chunks(piece)
+                .enumerate()
+                .map(|(i, part)| {
+                    let mut t = CodeTally::new(ctx.kind);
+                    t.run(&ctx, pos + (i * piece) as u64, part);
+                    t
+                })
+                .collect();
+            for t in tallies {
+                self.tally.merge(t);
+            }
+        } else {
+            self.tally.run(&ctx, self.codes_pos, units);
+        }
+        self.codes_pos += units.len() as u64;
     }
 
     fn scales(&mut self, units: &[u8], scales_start: u64) {
@@ -199,28 +356,33 @@ impl PackedAcc {
             let h = u16::from_le_bytes([s[0], s[1]]);
             self.scale_hist[usize::from(h)] += 1;
             if decode::f16_is_positive_finite(h) {
-                let row = (self.scale_index / self.groups_per_row) as usize;
-                if let Some(m) = self.row_max.get_mut(row) {
+                if let Some(m) = self.row_max.get_mut(self.scale_row) {
                     *m = (*m).max(h);
                 }
             } else if self.first_bad_scale.is_none() {
                 self.first_bad_scale = Some((scales_start + self.scale_index * 2, h));
             }
             self.scale_index += 1;
+            self.scale_in_row += 1;
+            if self.scale_in_row == self.groups_per_row {
+                self.scale_in_row = 0;
+                self.scale_row += 1;
+            }
         }
     }
 
     fn code_counts(&self) -> CodeCounts {
         let mut counts = vec![0u64; 1 << self.kind.bits()];
+        let hist = self.tally.totals();
         match self.kind {
             PackedKind::Q4 => {
-                for (b, &n) in self.hist.iter().enumerate() {
+                for (b, &n) in hist.iter().enumerate() {
                     counts[b & 15] += n;
                     counts[b >> 4] += n;
                 }
             }
             _ => {
-                for (p, &n) in self.hist.iter().enumerate() {
+                for (p, &n) in hist.iter().enumerate() {
                     if n > 0 {
                         for k in 0..4 {
                             counts[(p >> (3 * k)) & 7] += n;
@@ -303,12 +465,12 @@ impl Scanner {
                         start,
                         kind,
                         codes_pos: 0,
-                        hist: vec![0; if bits == 4 { 256 } else { 4096 }],
                         zero_group,
-                        zero_groups: 0,
-                        first_reserved: None,
+                        tally: CodeTally::new(kind),
                         scale_hist: vec![0; 1 << 16],
                         scale_index: 0,
+                        scale_row: 0,
+                        scale_in_row: 0,
                         groups_per_row: cols / 64,
                         // rows is bounded (<= 262144) by the metadata checks.
                         row_max: vec![0; rows as usize],
@@ -398,15 +560,18 @@ impl Scanner {
                 let codes = acc.code_counts();
                 let reserved = codes.reserved();
                 if reserved > 0 {
-                    let at = acc.first_reserved.map(|(at, _)| at);
+                    let at = acc.tally.first_reserved.map(|(at, _)| at);
                     let cols = p.groups_per_row * 64;
-                    let place = acc.first_reserved.map_or(String::new(), |(_, index)| {
-                        format!(
-                            "; the first is row {}, column {}",
-                            index / cols,
-                            index % cols
-                        )
-                    });
+                    let place = acc
+                        .tally
+                        .first_reserved
+                        .map_or(String::new(), |(_, index)| {
+                            format!(
+                                "; the first is row {}, column {}",
+                                index / cols,
+                                index % cols
+                            )
+                        });
                     findings.push(
                         Finding::error(
                             c::PACKED_RESERVED_CODE,
@@ -451,7 +616,7 @@ impl Scanner {
                     entropy_bits: codes.entropy_bits(),
                     clipping_share: codes.clipping_share(),
                     unused_levels: codes.unused_levels(),
-                    zero_groups: acc.zero_groups,
+                    zero_groups: acc.tally.zero_groups,
                     groups: p.rows * p.groups_per_row,
                     scale_dynamic_range: scales.max / scales.min,
                     outlier_rows,
@@ -474,6 +639,86 @@ impl Scanner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A packed tensor big enough for the parallel path, with zero groups,
+    /// reserved codes in two different pieces and a bad scale.
+    fn big_tensor(kind: PackedKind) -> (TensorInfo, Vec<u8>) {
+        let (rows, cols) = (1400u64, 4096u64);
+        let layout = Layout::Packed { kind, rows, cols };
+        let codes_bytes = layout.codes_bytes() as usize;
+        let mut bytes = Vec::with_capacity(codes_bytes + layout.scale_count() as usize * 2);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let (bits, max) = (kind.bits(), kind.max_code());
+        let mut codes = vec![0u8; cols as usize];
+        let mut row = vec![0u8; layout.row_bytes() as usize];
+        for r in 0..rows {
+            for (j, c) in codes.iter_mut().enumerate() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *c = if r % 7 == 3 && j < 128 {
+                    kind.zero() as u8
+                } else {
+                    (x % (u64::from(max) + 1)) as u8
+                };
+            }
+            if r == 900 || r == 1300 {
+                codes[77] = (1 << bits) - 1; // reserved in q3 and q4
+            }
+            decode::pack_row(&codes, bits, &mut row);
+            bytes.extend_from_slice(&row);
+        }
+        for g in 0..layout.scale_count() {
+            let h: u16 = if g == 5000 {
+                0xfc00
+            } else {
+                0x2000 + (g % 3000) as u16
+            };
+            bytes.extend_from_slice(&h.to_le_bytes());
+        }
+        let info = TensorInfo {
+            name: "big".into(),
+            precision: kind.precision(),
+            shape: Some(vec![rows, cols]),
+            source_dtype: None,
+            encoding: None,
+            offset: Some(64),
+            bytes: Some(bytes.len() as u64),
+            resident_bytes: None,
+            alias_of: None,
+            file: 0,
+            layout: Some(layout),
+            record: serde_json::Value::Null,
+        };
+        (info, bytes)
+    }
+
+    #[test]
+    fn parallel_scans_equal_sequential_ones() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for kind in [PackedKind::Q3, PackedKind::Q3Full8, PackedKind::Q4] {
+            let (info, bytes) = big_tensor(kind);
+            let mut whole = Scanner::for_tensor(0, &info).unwrap();
+            pool.install(|| whole.feed(&bytes));
+            let whole = whole.finish();
+            let mut pieces = Scanner::for_tensor(0, &info).unwrap();
+            for piece in bytes.chunks(4097) {
+                pieces.feed(piece);
+            }
+            let pieces = pieces.finish();
+            assert_eq!(whole.findings, pieces.findings, "{kind:?}");
+            assert_eq!(whole.stats, pieces.stats, "{kind:?}");
+            let q = whole.stats.quality.unwrap();
+            assert_eq!(q.zero_groups, 200 * 2, "{kind:?}");
+            if kind != PackedKind::Q3Full8 {
+                assert_eq!(q.reserved_codes, 2, "{kind:?}");
+                assert!(whole.findings[0].message.contains("row 900, column 77"));
+            }
+        }
+    }
 
     #[test]
     fn carry_hands_out_whole_units_across_pieces() {
