@@ -337,8 +337,8 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
     let (ok, broken): (Vec<_>, Vec<_>) = packed.into_iter().partition(|(_, t)| t.layout.is_some());
     let mut maps = BTreeMap::new();
     for (_, t) in &ok {
-        if !maps.contains_key(&t.file) {
-            maps.insert(t.file, map_file(bundle, t.file)?);
+        if let std::collections::btree_map::Entry::Vacant(e) = maps.entry(t.file) {
+            e.insert(map_file(bundle, t.file)?);
         }
     }
     let scanned: Result<Vec<Ranked>> = ok
@@ -418,9 +418,10 @@ fn bar(n: u64, max: u64) -> String {
         return String::new();
     }
     let eighths = (n as f64 / max as f64 * (BAR_WIDTH * 8) as f64).round() as usize;
-    let mut s = "█".repeat(eighths / 8);
-    if eighths % 8 > 0 {
-        s.push(PARTS[eighths % 8]);
+    let (full, rest) = (eighths / 8, eighths % 8);
+    let mut s = "█".repeat(full);
+    if rest != 0 {
+        s.push(PARTS[rest]);
     }
     if s.is_empty() && n > 0 {
         s.push('▏'); // a level that occurs at all must show
