@@ -116,6 +116,11 @@ pub(super) fn map_file(bundle: &Bundle, file: usize) -> Result<Mmap> {
         .get(file)
         .ok_or_else(|| anyhow!("payload file {file} is not in the bundle"))?;
     let path = &info.path;
+    // Checked before opening: opening a FIFO would block until a writer came.
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
     let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let len = f.metadata()?.len();
     if len == 0 {
