@@ -350,3 +350,38 @@ fn quality_view_ranks_the_broken_tensor_first_and_selects_it() {
         assert!(shows(&g.harness, text), "{text}");
     }
 }
+
+#[test]
+fn save_report_writes_the_cli_report_and_never_into_the_bundle() {
+    let b = TestBundle::v2();
+    let name = "language_model.model.layers.0.self_attn.v_proj.weight";
+    let at = b.record(name)["scales_offset"].as_u64().unwrap() as usize;
+    b.patch_payload(true, |p| {
+        p[at..at + 2].copy_from_slice(&0xbc00u16.to_le_bytes())
+    });
+    let mut g = gui();
+    g.open(&b.dir);
+    let out = b.tmp.path().join("report.json");
+    g.app().commands.push(Command::SaveReport(out.clone()));
+    g.harness.run_steps(2);
+    let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let cli = audit_json(&b.dir).json();
+    for key in ["verdict", "findings", "files", "totals", "provenance"] {
+        assert_eq!(saved[key], cli[key], "{key}");
+    }
+    assert_eq!(
+        saved["tensors"].as_array().unwrap().len(),
+        cli["tensors"].as_array().unwrap().len()
+    );
+    // Inside the bundle folder: refused, with a message, and nothing written.
+    let inside = b.dir.join("report.json");
+    g.app().commands.push(Command::SaveReport(inside.clone()));
+    g.harness.run_steps(2);
+    assert!(!inside.exists());
+    assert!(
+        g.app()
+            .notice
+            .as_ref()
+            .is_some_and(|(m, error)| *error && m.contains("never writes"))
+    );
+}
