@@ -141,22 +141,17 @@ fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary) {
                 .fill(BAR)
         })
         .collect();
-    let chart = BarChart::new("scales", bars).element_formatter(Box::new(move |bar, _| {
-        format!(
-            "{}\n{} scales ({:.2}%)",
-            bar.name,
-            bar.value as u64,
-            bar.value / total * 100.0
-        )
-    }));
-    Plot::new(format!("{id}-scales"))
-        .height(130.0)
-        .allow_zoom(false)
-        .allow_drag(false)
-        .allow_scroll(false)
-        .show_y(false)
-        .x_axis_formatter(|mark, _| format!("2^{:.1}", mark.value))
-        .show(ui, |p| p.bar_chart(chart));
+    let log_axis = |mark: egui_plot::GridMark, _: &std::ops::RangeInclusive<f64>| {
+        format!("2^{:.1}", mark.value)
+    };
+    chart_ui(
+        ui,
+        &format!("{id}-scales"),
+        "scales",
+        bars,
+        total,
+        Some(Box::new(log_axis)),
+    );
 }
 
 fn values_ui(ui: &mut egui::Ui, id: &str, v: &ValueSummary) {
@@ -188,19 +183,37 @@ fn values_ui(ui: &mut egui::Ui, id: &str, v: &ValueSummary) {
                 .fill(BAR)
         })
         .collect();
-    let chart = BarChart::new("values", bars).element_formatter(Box::new(move |bar, _| {
+    chart_ui(ui, &format!("{id}-values"), "values", bars, total, None);
+}
+
+type AxisFormatter = Box<dyn Fn(egui_plot::GridMark, &std::ops::RangeInclusive<f64>) -> String>;
+
+/// A fixed (no zoom or drag) bar chart whose hover text gives each bar's
+/// count and its share of `total` `what`.
+fn chart_ui(
+    ui: &mut egui::Ui,
+    id: &str,
+    what: &'static str,
+    bars: Vec<Bar>,
+    total: f64,
+    x_axis: Option<AxisFormatter>,
+) {
+    let chart = BarChart::new(what, bars).element_formatter(Box::new(move |bar, _| {
         format!(
-            "{}\n{} values ({:.2}%)",
+            "{}\n{} {what} ({:.2}%)",
             bar.name,
             bar.value as u64,
             bar.value / total * 100.0
         )
     }));
-    Plot::new(format!("{id}-values"))
+    let mut plot = Plot::new(id)
         .height(130.0)
         .allow_zoom(false)
         .allow_drag(false)
         .allow_scroll(false)
-        .show_y(false)
-        .show(ui, |p| p.bar_chart(chart));
+        .show_y(false);
+    if let Some(f) = x_axis {
+        plot = plot.x_axis_formatter(f);
+    }
+    plot.show(ui, |p| p.bar_chart(chart));
 }
