@@ -26,9 +26,9 @@ checks! {
     MANIFEST_TIED = "manifest.tie_word_embeddings": "tie_word_embeddings is true";
     MANIFEST_WEIGHTS_FILE = "manifest.weights_file": "weights_file is a bare file name (no '/', no '..', not absolute)";
     MANIFEST_TENSOR_COUNT = "manifest.tensor_count": "the manifest lists between 1 and 2000 tensor records";
-    PAYLOAD_FILE = "payload.file": "the payload file exists, is a regular file and can be read";
-    PAYLOAD_LENGTH = "payload.length": "the payload's length equals weights_bytes";
-    PAYLOAD_SHA256 = "payload.sha256": "the payload's SHA-256 equals weights_sha256";
+    PAYLOAD_FILE = "payload.file": "every payload file (the weights file, each shard) exists, is a regular file and can be read";
+    PAYLOAD_LENGTH = "payload.length": "each payload file's length equals the manifest's (weights_bytes; a shard's bytes when given)";
+    PAYLOAD_SHA256 = "payload.sha256": "each payload file's SHA-256 equals the manifest's (weights_sha256; a shard's sha256 when given)";
     PAYLOAD_UNREFERENCED = "payload.unreferenced": "the last record ends exactly at weights_bytes (no unreferenced bytes)";
     BUNDLE_CHANGED = "bundle.changed": "neither manifest nor payload changed (size, mtime, inode, manifest hash) while the audit ran";
     RECORD_FIELD = "record.field": "every tensor record has its fields with the right JSON types";
@@ -49,6 +49,16 @@ checks! {
     PACKED_RESERVED_CODE = "packed.reserved_code": "no stored code exceeds the precision's maximum (6 for q3, 14 for q4)";
     ALIAS_TARGET = "alias.target": "every alias is not itself a tensor and points at a tensor that exists";
     ALIAS_TIED_HEAD = "alias.tied_head": "language_model.lm_head.weight resolves to language_model.model.embed_tokens.weight, which exists";
+    NVFP4_LAYOUT = "nvfp4.layout": "quantization is mode nvfp4, bits 4, group_size 16, layout stacked-global-scale (the old absolute-scale artifact is ~5% off and must be regenerated)";
+    NVFP4_MANIFEST = "nvfp4.manifest": "shards is a non-empty list of {file} objects and weight_map an object of tensor name to shard file";
+    SHARD_NAME = "shard.name": "every shard file name is a bare name inside the folder (no '/', no '..', not absolute) and listed once";
+    SHARD_HEADER = "shard.header": "a shard's header length is at most 100 MB and less than the file, and its JSON lists tensors with known dtypes, shapes and data_offsets";
+    SHARD_OFFSETS = "shard.offsets": "a shard's data_offsets are in bounds, contiguous, non-overlapping and cover the data with no gap, each span equal to prod(shape) * itemsize";
+    WEIGHT_MAP = "nvfp4.weight_map": "every weight_map entry names a listed shard that holds that tensor, and every tensor in the shards is in weight_map";
+    EXPERT_SET = "nvfp4.experts": "each MoE layer has gate_up_proj and down_proj weight (U32 [E,out,in/8]), scales (U8 [E,out,in/16]) and global_scale (F32 [E]) with one E per layer";
+    GLOBAL_SCALE = "nvfp4.global_scale": "every expert's global_scale is finite and greater than 0";
+    E4M3_SCALES = "nvfp4.scales": "no E4M3 scale byte is NaN (0x7F or 0xFF)";
+    NVFP4_DTYPE = "nvfp4.dtype": "every tensor outside the experts is BF16";
 }
 
 #[cfg(test)]

@@ -383,9 +383,13 @@ fn finish_tensor(bundle: &Bundle, s: Scanner, emit: Sink) {
     let out = s.finish();
     let name = &bundle.tensors[index].name;
     let ok = out.findings.is_empty();
+    use crate::format::Layout;
     let value_checks: &[&'static str] = match bundle.tensors[index].layout {
-        Some(crate::format::Layout::Dense { .. }) => &[c::DENSE_FINITE],
-        _ => &[c::PACKED_RESERVED_CODE, c::PACKED_SCALES],
+        Some(Layout::Dense { .. }) => &[c::DENSE_FINITE],
+        Some(Layout::Packed { .. }) => &[c::PACKED_RESERVED_CODE, c::PACKED_SCALES],
+        Some(Layout::E4m3 { .. }) => &[c::E4M3_SCALES],
+        Some(Layout::GlobalScale { .. }) => &[c::GLOBAL_SCALE],
+        _ => &[],
     };
     for check in value_checks {
         if !out.findings.iter().any(|f| f.check == *check) {

@@ -27,6 +27,9 @@ pub struct Args {
     /// The `.npy` file to write (outside the bundle folder).
     #[arg(long)]
     pub out: PathBuf,
+    /// For a stacked NVFP4 weight: export one expert as `[out, in]`.
+    #[arg(long)]
+    pub expert: Option<usize>,
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -41,6 +44,25 @@ pub fn run(a: Args) -> Result<i32> {
     let t = tensor(&bundle, index)?;
     let layout = layout_of(t)?;
     refuse_inside_bundle(&bundle.dir, &a.out)?;
+    if let Layout::Fp4 { .. } = layout {
+        let shape = super::nvfp4::export(&bundle, index, a.expert, |shape, body| {
+            write_atomically(&a.out, |w| {
+                w.write_all(&npy_header(shape))?;
+                body(w)
+            })
+        })?;
+        println!("wrote {}: {} as float32 {shape:?}", a.out.display(), t.name);
+        return Ok(super::EXIT_OK);
+    }
+    if a.expert.is_some() {
+        bail!("--expert applies to stacked NVFP4 expert weights only");
+    }
+    if matches!(layout, Layout::E4m3 { .. } | Layout::GlobalScale { .. }) {
+        bail!(
+            "{} holds NVFP4 scales; export its .weight to get dequantised values",
+            t.name
+        );
+    }
     let map = map_file(&bundle, t.file)?;
     let bytes = tensor_bytes(&bundle, &map, t)?;
     let shape = match layout {
@@ -50,6 +72,7 @@ pub fn run(a: Args) -> Result<i32> {
             Some(shape) if t.parameters() == Some(count) => shape.clone(),
             _ => vec![count],
         },
+        _ => bail!("{} cannot be exported", t.name),
     };
     write_atomically(&a.out, |w| {
         w.write_all(&npy_header(&shape))?;
@@ -166,6 +189,7 @@ fn write_values(layout: Layout, bytes: &[u8], w: &mut impl Write) -> Result<()> 
                 put_f32(block, &mut out, w)?;
             }
         }
+        _ => bail!("not an exportable layout"),
     }
     Ok(())
 }

@@ -30,6 +30,9 @@ pub struct Args {
     /// Print JSON instead of tables and bars.
     #[arg(long)]
     pub json: bool,
+    /// For a stacked NVFP4 weight: count one expert instead of all.
+    #[arg(long)]
+    pub expert: Option<usize>,
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -41,7 +44,16 @@ pub fn run(a: Args) -> Result<i32> {
         }
     };
     match &a.tensor {
-        Some(name) => one(&bundle, name, a.json),
+        Some(name) => {
+            let index = resolve(&bundle, name)?;
+            if matches!(tensor(&bundle, index)?.layout, Some(Layout::Fp4 { .. })) {
+                return super::nvfp4::hist(&bundle, index, a.expert, a.json);
+            }
+            if a.expert.is_some() {
+                bail!("--expert applies to stacked NVFP4 expert weights only");
+            }
+            one(&bundle, name, a.json)
+        }
         None => all(&bundle, &a),
     }
 }

@@ -6,6 +6,7 @@ mod checks;
 mod export;
 mod hist;
 mod list;
+mod nvfp4;
 mod sample;
 
 use std::path::PathBuf;

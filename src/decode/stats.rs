@@ -162,6 +162,71 @@ pub struct TensorStats {
     pub values: Option<ValueSummary>,
     /// Quality statistics (packed tensors).
     pub quality: Option<Quality>,
+    /// E4M3 scale distribution (mlx-nvfp4 `scales` tensors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e4m3: Option<E4m3Stats>,
+    /// Per-expert global scales (mlx-nvfp4 `global_scale` tensors).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_scales: Option<Vec<f64>>,
+}
+
+/// Distribution of a stacked E4M3 scale tensor, overall and per expert.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct E4m3Stats {
+    /// `hist[b]` = scale bytes equal to `b`.
+    pub hist: Vec<u64>,
+    /// NaN bytes (0x7F, 0xFF).
+    pub nan: u64,
+    /// Per expert, in E4M3 units (before the global scale).
+    pub experts: Vec<ExpertScales>,
+}
+
+/// One expert's E4M3 scales.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExpertScales {
+    /// Mean of the non-NaN scales.
+    pub mean: f64,
+    /// Largest scale.
+    pub max: f64,
+    /// Share of scales equal to zero (groups quantised to all zeros).
+    pub zero_share: f64,
+    /// NaN scale bytes.
+    pub nan: u64,
+}
+
+impl E4m3Stats {
+    /// Summarises per-expert byte histograms (256 bins each).
+    pub fn from_hists(per_expert: &[[u64; 256]]) -> Self {
+        let table = super::nvfp4::e4m3_table();
+        let mut hist = vec![0u64; 256];
+        let mut experts = Vec::with_capacity(per_expert.len());
+        for h in per_expert {
+            let (mut n, mut sum, mut max, mut nan) = (0u64, 0f64, f64::NEG_INFINITY, 0u64);
+            for (b, &k) in h.iter().enumerate() {
+                hist[b] += k;
+                if k == 0 {
+                    continue;
+                }
+                if super::nvfp4::e4m3_is_nan(b as u8) {
+                    nan += k;
+                    continue;
+                }
+                let v = f64::from(table[b]);
+                n += k;
+                sum += v * k as f64;
+                max = max.max(v);
+            }
+            let zero = h[0] + h[0x80];
+            experts.push(ExpertScales {
+                mean: if n > 0 { sum / n as f64 } else { 0.0 },
+                max: if n > 0 { max } else { 0.0 },
+                zero_share: if n > 0 { zero as f64 / n as f64 } else { 0.0 },
+                nan,
+            });
+        }
+        let nan = hist[0x7f] + hist[0xff];
+        Self { hist, nan, experts }
+    }
 }
 
 /// Walks a 65536-bin histogram of 16-bit patterns in ascending value order

@@ -3,6 +3,8 @@
 
 pub mod audio8;
 pub mod json;
+pub mod nvfp4;
+pub mod safetensors;
 
 use std::fs;
 use std::io::Read;
@@ -103,6 +105,10 @@ pub enum Precision {
     Q3Full8,
     /// Fifteen-level 4-bit codes.
     Q4,
+    /// NVFP4 E2M1 codes, 8 per U32 word (mlx-nvfp4 expert weights).
+    Nvfp4,
+    /// E4M3 group scales (mlx-nvfp4 expert scales).
+    E4m3,
     /// Anything else the manifest says (always a finding).
     Other(String),
 }
@@ -126,6 +132,8 @@ impl Precision {
             Precision::Q3 => "q3",
             Precision::Q3Full8 => "q3_full8",
             Precision::Q4 => "q4",
+            Precision::Nvfp4 => "nvfp4",
+            Precision::E4m3 => "e4m3",
             Precision::Other(s) => s,
         }
     }
@@ -255,13 +263,39 @@ pub enum Layout {
         /// Columns of the matrix (a multiple of 64).
         cols: u64,
     },
+    /// Stacked NVFP4 expert weights: U32 `[experts, rows, cols/8]`.
+    Fp4 {
+        /// Experts stacked in the tensor.
+        experts: u64,
+        /// Output rows per expert.
+        rows: u64,
+        /// Input columns per expert (a multiple of 16).
+        cols: u64,
+    },
+    /// Stacked E4M3 scales: U8 `[experts, rows, groups]`, one per 16 inputs.
+    E4m3 {
+        /// Experts stacked in the tensor.
+        experts: u64,
+        /// Output rows per expert.
+        rows: u64,
+        /// Scales per row.
+        groups: u64,
+    },
+    /// One F32 global scale per expert: `[experts]`.
+    GlobalScale {
+        /// Experts.
+        experts: u64,
+    },
 }
 
 impl Layout {
     /// Bytes of codes in a packed layout (0 for dense).
     pub fn codes_bytes(&self) -> u64 {
         match *self {
-            Layout::Dense { .. } => 0,
+            Layout::Dense { .. }
+            | Layout::Fp4 { .. }
+            | Layout::E4m3 { .. }
+            | Layout::GlobalScale { .. } => 0,
             Layout::Packed { kind, rows, cols } => rows * (cols * u64::from(kind.bits()) / 8),
         }
     }
@@ -269,7 +303,10 @@ impl Layout {
     /// Bytes of one packed row.
     pub fn row_bytes(&self) -> u64 {
         match *self {
-            Layout::Dense { .. } => 0,
+            Layout::Dense { .. }
+            | Layout::Fp4 { .. }
+            | Layout::E4m3 { .. }
+            | Layout::GlobalScale { .. } => 0,
             Layout::Packed { kind, cols, .. } => cols * u64::from(kind.bits()) / 8,
         }
     }
@@ -277,8 +314,21 @@ impl Layout {
     /// Number of F16 scales in a packed layout (0 for dense).
     pub fn scale_count(&self) -> u64 {
         match *self {
-            Layout::Dense { .. } => 0,
+            Layout::Dense { .. }
+            | Layout::Fp4 { .. }
+            | Layout::E4m3 { .. }
+            | Layout::GlobalScale { .. } => 0,
             Layout::Packed { rows, cols, .. } => rows * (cols / 64),
+        }
+    }
+
+    /// Number of stacked experts, for the NVFP4 expert layouts.
+    pub fn experts(&self) -> Option<u64> {
+        match *self {
+            Layout::Fp4 { experts, .. }
+            | Layout::E4m3 { experts, .. }
+            | Layout::GlobalScale { experts } => Some(experts),
+            _ => None,
         }
     }
 }
@@ -506,11 +556,7 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
                 "the native A8MOD001 loader is not available; this is not a broken v1/v2 bundle"
                     .into(),
         }),
-        FormatKind::Nvfp4 => Err(OpenError::Unsupported {
-            path: dir,
-            format,
-            detail: "MoE NVFP4 artifacts are not audited yet".into(),
-        }),
+        FormatKind::Nvfp4 => Ok(nvfp4::parse(dir, manifest_path, bytes, object)),
     }
 }
 

@@ -79,6 +79,24 @@ pub struct Scanner {
 enum Kind {
     Packed(Box<Packed>),
     Dense(Box<Dense>),
+    /// NVFP4 codes: every nibble is a valid E2M1 code, so the pass only
+    /// hashes them; code histograms are computed when asked for.
+    Codes,
+    /// Stacked E4M3 scales: per-expert byte histograms, NaN bytes located.
+    E4m3(Box<E4m3Scan>),
+    /// Per-expert F32 global scales.
+    Global(Box<GlobalScan>),
+}
+
+struct E4m3Scan {
+    per_expert_bytes: u64,
+    hists: Vec<[u64; 256]>,
+    first_nan: Option<u64>,
+}
+
+struct GlobalScan {
+    carry: Carry,
+    values: Vec<f32>,
 }
 
 struct Packed {
@@ -282,6 +300,21 @@ impl Scanner {
                     },
                 }))
             }
+            Layout::Fp4 { .. } => Kind::Codes,
+            Layout::E4m3 {
+                experts,
+                rows,
+                groups,
+            } => Kind::E4m3(Box::new(E4m3Scan {
+                per_expert_bytes: (rows * groups).max(1),
+                // experts is bounded (<= 1024) by the metadata checks.
+                hists: vec![[0u64; 256]; experts as usize],
+                first_nan: None,
+            })),
+            Layout::GlobalScale { experts } => Kind::Global(Box::new(GlobalScan {
+                carry: Carry::new(4),
+                values: Vec::with_capacity(experts as usize),
+            })),
         };
         Some(Self {
             tensor: index,
@@ -309,6 +342,37 @@ impl Scanner {
                 let acc = &mut d.acc;
                 d.carry.feed(data, |u| acc.values(u));
             }
+            Kind::Codes => {}
+            Kind::E4m3(e) => {
+                let mut pos = self.pos;
+                let mut rest = data;
+                while !rest.is_empty() {
+                    let expert = (pos / e.per_expert_bytes) as usize;
+                    let left = e.per_expert_bytes - pos % e.per_expert_bytes;
+                    let n = (left as usize).min(rest.len());
+                    let Some(h) = e.hists.get_mut(expert) else {
+                        break;
+                    };
+                    byte_hist(&rest[..n], h);
+                    if e.first_nan.is_none() && h[0x7f] + h[0xff] > 0 {
+                        e.first_nan = rest[..n]
+                            .iter()
+                            .position(|&b| b & 0x7f == 0x7f)
+                            .map(|k| self.start + pos + k as u64);
+                    }
+                    pos += n as u64;
+                    rest = &rest[n..];
+                }
+            }
+            Kind::Global(g) => {
+                let values = &mut g.values;
+                g.carry.feed(data, |u| {
+                    values.extend(
+                        u.chunks_exact(4)
+                            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]])),
+                    );
+                });
+            }
             Kind::Packed(p) => {
                 let mut rest = data;
                 if self.pos < p.codes_bytes {
@@ -332,6 +396,58 @@ impl Scanner {
         let name = self.name;
         let mut findings = Vec::new();
         let stats = match self.kind {
+            Kind::Codes => TensorStats::default(),
+            Kind::E4m3(e) => {
+                let e4 = stats::E4m3Stats::from_hists(&e.hists);
+                if e4.nan > 0 {
+                    let at = e.first_nan.unwrap_or(self.start);
+                    let index = at - self.start;
+                    findings.push(
+                        Finding::error(
+                            c::E4M3_SCALES,
+                            format!(
+                                "{} E4M3 scale bytes are NaN (0x7F/0xFF); the first is in expert {}, byte {} of its scales",
+                                e4.nan,
+                                index / e.per_expert_bytes,
+                                index % e.per_expert_bytes
+                            ),
+                        )
+                        .tensor(&name)
+                        .offset(at),
+                    );
+                }
+                TensorStats {
+                    e4m3: Some(e4),
+                    ..Default::default()
+                }
+            }
+            Kind::Global(g) => {
+                let bad: Vec<(usize, f32)> = g
+                    .values
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .filter(|(_, v)| !(v.is_finite() && *v > 0.0))
+                    .collect();
+                if let Some(&(i, v)) = bad.first() {
+                    findings.push(
+                        Finding::error(
+                            c::GLOBAL_SCALE,
+                            format!(
+                                "{} of {} global scales are not finite and > 0; expert {i}'s is {v}",
+                                bad.len(),
+                                g.values.len()
+                            ),
+                        )
+                        .tensor(&name)
+                        .offset(self.start + 4 * i as u64),
+                    );
+                }
+                TensorStats {
+                    global_scales: Some(g.values.iter().map(|&v| f64::from(v)).collect()),
+                    ..Default::default()
+                }
+            }
             Kind::Dense(d) => {
                 let acc = d.acc;
                 if let Some(at) = acc.first_bad {
@@ -433,10 +549,33 @@ impl Scanner {
                     scales: Some(scales),
                     values: None,
                     quality: Some(quality),
+                    ..Default::default()
                 }
             }
         };
         ScanOutcome { findings, stats }
+    }
+}
+
+/// Adds `data`'s bytes to a 256-bin histogram (four interleaved tables, so
+/// runs of equal bytes do not serialise on one counter).
+fn byte_hist(data: &[u8], h: &mut [u64; 256]) {
+    let mut t = [[0u32; 256]; 4];
+    for block in data.chunks(1 << 30) {
+        let mut quads = block.chunks_exact(4);
+        for q in &mut quads {
+            t[0][usize::from(q[0])] += 1;
+            t[1][usize::from(q[1])] += 1;
+            t[2][usize::from(q[2])] += 1;
+            t[3][usize::from(q[3])] += 1;
+        }
+        for &b in quads.remainder() {
+            t[0][usize::from(b)] += 1;
+        }
+        for (b, slot) in h.iter_mut().enumerate() {
+            *slot += u64::from(t[0][b] + t[1][b] + t[2][b] + t[3][b]);
+        }
+        t = [[0u32; 256]; 4];
     }
 }
 

@@ -473,6 +473,7 @@ impl Records {
         let resident_bytes = checked.map(|layout| match layout {
             Layout::Dense { dtype, count } => dtype.size() * count,
             Layout::Packed { .. } => layout.codes_bytes() + layout.scale_count() * 2,
+            _ => 0,
         });
         let layout = if within && offset.is_some() {
             checked

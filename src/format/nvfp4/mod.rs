@@ -1,0 +1,573 @@
+//! The mlx-nvfp4 MoE artifact (`quantization.layout == "stacked-global-scale"`):
+//! a manifest, safetensors shards and a tensor → shard map. Only the shards'
+//! headers are read here (through a memory map); the data is hashed and
+//! scanned by the audit pass.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use super::safetensors::{StTensor, parse_header};
+use super::{
+    Bundle, DenseDtype, FormatKind, Layout, PayloadFile, Precision, Provenance, TensorInfo,
+    json::kind, sha256_hex,
+};
+use crate::audit::checks as c;
+use crate::audit::finding::Finding;
+
+/// The one layout bundlescope audits.
+pub const LAYOUT: &str = "stacked-global-scale";
+/// Most experts per layer bundlescope accepts (real artifacts have 128).
+pub const MAX_EXPERTS: u64 = 1024;
+
+/// Builds the bundle of an mlx-nvfp4 artifact.
+pub fn parse(
+    dir: PathBuf,
+    manifest_path: PathBuf,
+    bytes: Vec<u8>,
+    m: &Map<String, Value>,
+) -> Bundle {
+    let mut findings = Vec::new();
+    quantization(m.get("quantization"), &mut findings);
+    let shards = shard_list(m.get("shards"), &mut findings);
+    let weight_map = weight_map(m.get("weight_map"), &mut findings);
+
+    let mut files = Vec::new();
+    let mut tensors: Vec<TensorInfo> = Vec::new();
+    // tensor name -> shard names that hold it
+    let mut holders: HashMap<String, Vec<usize>> = HashMap::new();
+    let mut parsed = Vec::new();
+    for (i, s) in shards.iter().enumerate() {
+        let path = dir.join(&s.file);
+        files.push(PayloadFile {
+            name: s.file.clone(),
+            path: path.clone(),
+            expected_bytes: s.bytes,
+            expected_sha256: s.sha256.clone(),
+        });
+        let header = File::open(&path)
+            .ok()
+            .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+            // SAFETY: read-only map of a regular file; only the header pages
+            // are read here, and the audit reports a file changed meanwhile.
+            .and_then(|f| unsafe { memmap2::Mmap::map(&f) }.ok())
+            .map(|map| parse_header(&s.file, &map));
+        match header {
+            Some(Ok(h)) => {
+                for t in &h.tensors {
+                    holders.entry(t.name.clone()).or_default().push(i);
+                }
+                parsed.push(true);
+                for t in h.tensors {
+                    tensors.push(info(t, i));
+                }
+            }
+            Some(Err(f)) => {
+                findings.extend(f);
+                parsed.push(false);
+            }
+            // Missing or unreadable: the pass reports payload.file.
+            None => parsed.push(false),
+        }
+    }
+    check_weight_map(&weight_map, &shards, &parsed, &holders, &mut findings);
+    expert_sets(&mut tensors, &mut findings);
+    for t in &mut tensors {
+        if t.layout.is_none()
+            && t.precision == Precision::Original
+            && let Some(dtype) = t.source_dtype.as_deref().and_then(DenseDtype::parse)
+        {
+            t.layout = Some(Layout::Dense {
+                dtype,
+                count: t.parameters().unwrap_or(0),
+            });
+            if dtype != DenseDtype::Bf16 {
+                findings.push(
+                    Finding::warning(
+                        c::NVFP4_DTYPE,
+                        format!(
+                            "{} is {}; outside the experts the artifact's tensors are BF16",
+                            t.name,
+                            dtype.as_str()
+                        ),
+                    )
+                    .tensor(&t.name),
+                );
+            }
+        } else if t.layout.is_none() && t.precision == Precision::Original {
+            findings.push(
+                Finding::warning(
+                    c::NVFP4_DTYPE,
+                    format!(
+                        "{} is {}, not a float dtype; its values are not checked",
+                        t.name,
+                        t.source_dtype.as_deref().unwrap_or("?")
+                    ),
+                )
+                .tensor(&t.name),
+            );
+        }
+    }
+    tensors.sort_by(|a, b| natural_key(&a.name).cmp(&natural_key(&b.name)));
+    let provenance = Provenance {
+        format: Some(format!("mlx-nvfp4 ({LAYOUT})")),
+        source_revision: None,
+        profile: None,
+        expected_config_sha256: None,
+        manifest_sha256: sha256_hex(&bytes),
+    };
+    Bundle {
+        dir,
+        manifest_path,
+        manifest_bytes: bytes,
+        format: FormatKind::Nvfp4,
+        tensors,
+        files,
+        provenance,
+        findings,
+    }
+}
+
+/// Sort key that orders `layers.10` after `layers.9`.
+fn natural_key(name: &str) -> Vec<(String, u64)> {
+    name.split('.')
+        .map(|p| match p.parse::<u64>() {
+            Ok(n) => (String::new(), n),
+            Err(_) => (p.to_string(), 0),
+        })
+        .collect()
+}
+
+fn info(t: StTensor, file: usize) -> TensorInfo {
+    let precision = if is_expert(&t.name).is_some() {
+        match t.name.rsplit('.').next() {
+            Some("weight") => Precision::Nvfp4,
+            Some("scales") => Precision::E4m3,
+            _ => Precision::Original,
+        }
+    } else {
+        Precision::Original
+    };
+    let bytes = t.end - t.begin;
+    TensorInfo {
+        record: serde_json::json!({
+            "dtype": t.dtype, "shape": t.shape, "data_offsets": [t.begin, t.end],
+        }),
+        name: t.name,
+        precision,
+        shape: Some(t.shape),
+        source_dtype: Some(t.dtype),
+        encoding: None,
+        offset: Some(t.begin),
+        bytes: Some(bytes),
+        resident_bytes: Some(bytes),
+        alias_of: None,
+        file,
+        layout: None,
+    }
+}
+
+/// `(layer prefix, projection, part)` of an expert tensor name.
+pub fn is_expert(name: &str) -> Option<(&str, &str, &str)> {
+    let (prefix, rest) = name.rsplit_once(".experts.")?;
+    let (proj, part) = rest.split_once('.')?;
+    matches!(proj, "gate_up_proj" | "down_proj").then_some(())?;
+    matches!(part, "weight" | "scales" | "global_scale").then_some((prefix, proj, part))
+}
+
+fn quantization(q: Option<&Value>, findings: &mut Vec<Finding>) {
+    let Some(q) = q.and_then(Value::as_object) else {
+        findings.push(
+            Finding::error(
+                c::NVFP4_MANIFEST,
+                "'quantization' must be an object with mode, bits, group_size and layout",
+            )
+            .field("quantization"),
+        );
+        return;
+    };
+    let layout = q.get("layout");
+    if layout.and_then(Value::as_str) != Some(LAYOUT) {
+        let got = match layout {
+            None => "None".to_string(),
+            Some(Value::String(s)) => format!("'{s}'"),
+            Some(v) => v.to_string(),
+        };
+        findings.push(
+            Finding::error(
+                c::NVFP4_LAYOUT,
+                format!(
+                    "expected a '{LAYOUT}' artifact from scripts/convert.py, got {got}; the old absolute-scale artifact is ~5% off and must be regenerated"
+                ),
+            )
+            .field("quantization.layout"),
+        );
+    }
+    for (key, want) in [
+        ("mode", Value::from("nvfp4")),
+        ("bits", Value::from(4)),
+        ("group_size", Value::from(16)),
+    ] {
+        if q.get(key) != Some(&want) {
+            findings.push(
+                Finding::error(
+                    c::NVFP4_LAYOUT,
+                    format!(
+                        "quantization.{key} is {}, expected {want}",
+                        q.get(key).map_or("missing".into(), Value::to_string)
+                    ),
+                )
+                .field(format!("quantization.{key}")),
+            );
+        }
+    }
+}
+
+struct Shard {
+    file: String,
+    sha256: Option<String>,
+    bytes: Option<u64>,
+}
+
+fn shard_list(v: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<Shard> {
+    let Some(list) = v.and_then(Value::as_array).filter(|l| !l.is_empty()) else {
+        findings.push(
+            Finding::error(
+                c::NVFP4_MANIFEST,
+                format!(
+                    "'shards' is {}, expected a non-empty list of {{\"file\": ...}} objects",
+                    v.map_or("missing".into(), kind)
+                ),
+            )
+            .field("shards"),
+        );
+        return Vec::new();
+    };
+    let mut out: Vec<Shard> = Vec::new();
+    for (i, s) in list.iter().enumerate() {
+        let field = format!("shards[{i}].file");
+        let Some(file) = s.get("file").and_then(Value::as_str) else {
+            findings.push(
+                Finding::error(c::NVFP4_MANIFEST, format!("{field} is not a string")).field(field),
+            );
+            continue;
+        };
+        if !bare_name(file) {
+            findings.push(
+                Finding::error(
+                    c::SHARD_NAME,
+                    format!(
+                        "shard {file:?} is not a bare file name inside the folder (no '/', no '..', not absolute); it is not read"
+                    ),
+                )
+                .field(field),
+            );
+            continue;
+        }
+        if out.iter().any(|o| o.file == file) {
+            findings.push(
+                Finding::error(c::SHARD_NAME, format!("shard {file:?} is listed twice"))
+                    .field(field),
+            );
+            continue;
+        }
+        let sha256 = match s.get("sha256") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(h)) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Some(h.to_ascii_lowercase())
+            }
+            Some(other) => {
+                findings.push(
+                    Finding::error(
+                        c::NVFP4_MANIFEST,
+                        format!("shards[{i}].sha256 is {other}, expected 64 hex digits"),
+                    )
+                    .field(format!("shards[{i}].sha256")),
+                );
+                None
+            }
+        };
+        let bytes = s.get("bytes").and_then(Value::as_u64);
+        out.push(Shard {
+            file: file.to_string(),
+            sha256,
+            bytes,
+        });
+    }
+    out
+}
+
+/// A name that stays inside the folder.
+pub fn bare_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains('\\')
+        && !name.contains('\0')
+        && !name.starts_with('~')
+        && !(name.len() >= 2 && name.as_bytes()[1] == b':')
+}
+
+fn weight_map(v: Option<&Value>, findings: &mut Vec<Finding>) -> BTreeMap<String, String> {
+    let Some(map) = v.and_then(Value::as_object) else {
+        findings.push(
+            Finding::error(
+                c::NVFP4_MANIFEST,
+                format!(
+                    "'weight_map' is {}, expected an object of tensor name to shard file",
+                    v.map_or("missing".into(), kind)
+                ),
+            )
+            .field("weight_map"),
+        );
+        return BTreeMap::new();
+    };
+    let mut out = BTreeMap::new();
+    for (name, shard) in map {
+        match shard.as_str() {
+            Some(s) => {
+                out.insert(name.clone(), s.to_string());
+            }
+            None => findings.push(
+                Finding::error(
+                    c::NVFP4_MANIFEST,
+                    format!(
+                        "weight_map[{name:?}] is {}, expected a shard file name",
+                        kind(shard)
+                    ),
+                )
+                .tensor(name.clone())
+                .field("weight_map"),
+            ),
+        }
+    }
+    out
+}
+
+fn check_weight_map(
+    map: &BTreeMap<String, String>,
+    shards: &[Shard],
+    parsed: &[bool],
+    holders: &HashMap<String, Vec<usize>>,
+    findings: &mut Vec<Finding>,
+) {
+    let err = |name: &str, msg: String| {
+        Finding::error(c::WEIGHT_MAP, msg)
+            .tensor(name.to_string())
+            .field("weight_map")
+    };
+    for (name, shard) in map {
+        let Some(i) = shards.iter().position(|s| &s.file == shard) else {
+            findings.push(err(
+                name,
+                format!("weight_map sends {name} to {shard:?}, which is not a listed shard"),
+            ));
+            continue;
+        };
+        if !parsed[i] {
+            continue; // the shard itself is reported
+        }
+        let held = holders.get(name).map(Vec::as_slice).unwrap_or_default();
+        if !held.contains(&i) {
+            let actual = held
+                .iter()
+                .map(|&k| shards[k].file.as_str())
+                .collect::<Vec<_>>();
+            findings.push(err(
+                name,
+                if actual.is_empty() {
+                    format!("weight_map sends {name} to {shard}, but no shard holds it")
+                } else {
+                    format!(
+                        "weight_map sends {name} to {shard}, but it is in {}",
+                        actual.join(", ")
+                    )
+                },
+            ));
+        }
+    }
+    let mut names: Vec<&String> = holders.keys().collect();
+    names.sort();
+    for name in names {
+        let held = &holders[name];
+        if held.len() > 1 {
+            findings.push(err(
+                name,
+                format!(
+                    "{name} is stored in {} shards: {}",
+                    held.len(),
+                    held.iter()
+                        .map(|&k| shards[k].file.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+        if !map.contains_key(name) {
+            findings.push(err(
+                name,
+                format!(
+                    "{name} is in {} but not in weight_map",
+                    shards[held[0]].file
+                ),
+            ));
+        }
+    }
+}
+
+/// Each MoE layer's six tensors, with their dtypes and shapes; valid sets get layouts.
+fn expert_sets(tensors: &mut [TensorInfo], findings: &mut Vec<Finding>) {
+    let mut layers: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, t) in tensors.iter().enumerate() {
+        if let Some((prefix, _, _)) = is_expert(&t.name) {
+            layers.entry(prefix.to_string()).or_default().push(i);
+        }
+    }
+    for (prefix, members) in layers {
+        let mut layer_e: Option<(u64, String)> = None;
+        for proj in ["gate_up_proj", "down_proj"] {
+            let parts = ["weight", "scales", "global_scale"].map(|part| {
+                let name = format!("{prefix}.experts.{proj}.{part}");
+                members.iter().copied().find(|&i| tensors[i].name == name)
+            });
+            let missing: Vec<&str> = ["weight", "scales", "global_scale"]
+                .iter()
+                .zip(&parts)
+                .filter(|(_, i)| i.is_none())
+                .map(|(p, _)| *p)
+                .collect();
+            let base = format!("{prefix}.experts.{proj}");
+            if !missing.is_empty() {
+                findings.push(
+                    Finding::error(
+                        c::EXPERT_SET,
+                        format!("{base} lacks {}", missing.join(", ")),
+                    )
+                    .tensor(format!("{base}.{}", missing[0])),
+                );
+                continue;
+            }
+            let [w, s, g] = parts.map(|p| p.unwrap_or_default());
+            let bad = |i: usize, msg: String| {
+                Finding::error(c::EXPERT_SET, msg).tensor(tensors[i].name.clone())
+            };
+            let mut ok = true;
+            for (i, want) in [(w, "U32"), (s, "U8"), (g, "F32")] {
+                let dtype = tensors[i].source_dtype.as_deref().unwrap_or("?");
+                if dtype != want {
+                    findings.push(bad(
+                        i,
+                        format!("{} is {dtype}, expected {want}", tensors[i].name),
+                    ));
+                    ok = false;
+                }
+            }
+            let shape = |i: usize| tensors[i].shape.clone().unwrap_or_default();
+            let (ws, ss, gs) = (shape(w), shape(s), shape(g));
+            if ws.len() != 3 || ws.iter().any(|&d| d == 0) {
+                findings.push(bad(
+                    w,
+                    format!(
+                        "{} has shape {ws:?}, expected [E, out, in/8]",
+                        tensors[w].name
+                    ),
+                ));
+                ok = false;
+            } else {
+                let (e, out, words) = (ws[0], ws[1], ws[2]);
+                if e > MAX_EXPERTS {
+                    findings.push(bad(
+                        w,
+                        format!(
+                            "{} stacks {e} experts, more than {MAX_EXPERTS}",
+                            tensors[w].name
+                        ),
+                    ));
+                    ok = false;
+                }
+                if ss != [e, out, words / 2] || words % 2 != 0 {
+                    findings.push(bad(
+                        s,
+                        format!(
+                            "{} has shape {ss:?}; weight {ws:?} needs [{e}, {out}, {}] (one scale per 16 inputs)",
+                            tensors[s].name,
+                            words / 2
+                        ),
+                    ));
+                    ok = false;
+                }
+                if gs != [e] {
+                    findings.push(bad(
+                        g,
+                        format!(
+                            "{} has shape {gs:?}, expected [{e}] (one per expert)",
+                            tensors[g].name
+                        ),
+                    ));
+                    ok = false;
+                }
+                match &layer_e {
+                    Some((e0, other)) if *e0 != e => {
+                        findings.push(bad(
+                            w,
+                            format!(
+                                "{} stacks {e} experts but {other} stacks {e0}",
+                                tensors[w].name
+                            ),
+                        ));
+                        ok = false;
+                    }
+                    None => layer_e = Some((e, tensors[w].name.clone())),
+                    _ => {}
+                }
+                if ok {
+                    tensors[w].layout = Some(Layout::Fp4 {
+                        experts: e,
+                        rows: out,
+                        cols: words * 8,
+                    });
+                    tensors[w].shape = Some(vec![e, out, words * 8]);
+                    tensors[s].layout = Some(Layout::E4m3 {
+                        experts: e,
+                        rows: out,
+                        groups: words / 2,
+                    });
+                    tensors[g].layout = Some(Layout::GlobalScale { experts: e });
+                }
+            }
+            if !ok {
+                continue;
+            }
+        }
+    }
+}
+
+/// Indices of a stacked weight's `scales` and `global_scale` tensors.
+pub fn siblings(bundle: &Bundle, weight: usize) -> Option<(usize, usize)> {
+    let name = &bundle.tensors.get(weight)?.name;
+    let base = name.strip_suffix(".weight")?;
+    let s = bundle.find(&format!("{base}.scales"))?;
+    let g = bundle.find(&format!("{base}.global_scale"))?;
+    Some((s, g))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(bare_name("model-00001-of-00002.safetensors"));
+        for bad in ["../x", "/etc/passwd", "a/b", "..", "", "C:x", "a\\b"] {
+            assert!(!bare_name(bad), "{bad}");
+        }
+        assert_eq!(
+            is_expert("model.decoder.layers.3.experts.down_proj.scales"),
+            Some(("model.decoder.layers.3", "down_proj", "scales"))
+        );
+        assert_eq!(is_expert("model.decoder.layers.3.mlp.router.weight"), None);
+    }
+}
