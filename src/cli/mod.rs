@@ -8,6 +8,7 @@ mod hist;
 mod list;
 mod nvfp4;
 mod sample;
+mod spotcheck;
 
 use std::path::PathBuf;
 
@@ -50,6 +51,10 @@ enum Command {
     Hist(hist::Args),
     /// Write one tensor, dequantised, as a float32 .npy file.
     Export(export::Args),
+    /// MLX's quantized_matmul against the decoder's f64 product (and, with
+    /// --reference, each tensor against its unquantised source); exit 0 all
+    /// pass, 1 any failure, 2 could not run.
+    Spotcheck(spotcheck::Args),
 }
 
 /// Parses the command line and runs it; returns the exit code.
@@ -69,6 +74,7 @@ pub fn main() -> i32 {
         Some(Command::Checks(a)) => checks::run(a),
         Some(Command::Hist(a)) => hist::run(a),
         Some(Command::Export(a)) => export::run(a),
+        Some(Command::Spotcheck(a)) => spotcheck::run(a),
         None => open_demo_or_dir(cli.dir, cli.demo),
     };
     match result {

@@ -11,7 +11,7 @@ use bundlescope::sample::{self, SampleFormat, SampleOptions};
 pub struct Args {
     /// Folder to create (must be new or empty).
     pub dir: PathBuf,
-    /// audio8-v2 (default) or audio8-v1.
+    /// audio8-v2 (default), audio8-v1 or nvfp4 (an mlx-nvfp4 MoE artifact).
     #[arg(long, default_value = "audio8-v2")]
     pub format: String,
     /// Seed of every random choice.
@@ -20,9 +20,41 @@ pub struct Args {
     /// Grow the payload to about this many MiB.
     #[arg(long)]
     pub size_mib: Option<u64>,
+    /// nvfp4: MoE layers.
+    #[arg(long, default_value_t = 4)]
+    pub layers: u64,
+    /// nvfp4: experts per layer.
+    #[arg(long, default_value_t = 8)]
+    pub experts: u64,
+    /// Also write the unquantised weights (REF/model.safetensors, same
+    /// tensor names) for `spotcheck --reference REF` (audio8 samples).
+    #[arg(long)]
+    pub reference: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> Result<i32> {
+    if a.reference.is_some() && a.format.contains("nvfp4") {
+        anyhow::bail!("--reference writes the source of audio8 samples only");
+    }
+    if a.format == "nvfp4" || a.format == "mlx-nvfp4" {
+        let big = a.size_mib.is_some();
+        let o = sample::nvfp4::Nvfp4Options {
+            seed: a.seed,
+            layers: a.layers,
+            experts: a.experts,
+            hidden: if big { 1024 } else { 128 },
+            intermediate: if big { 1024 } else { 64 },
+            size_mib: a.size_mib,
+            shard_hashes: true,
+        };
+        let (tensors, bytes) = sample::nvfp4::write(&a.dir, &o)?;
+        println!(
+            "wrote {} ({tensors} tensors, {} in shards)",
+            a.dir.display(),
+            human_bytes(bytes)
+        );
+        return Ok(super::EXIT_OK);
+    }
     let format = SampleFormat::parse(&a.format).ok_or_else(|| {
         anyhow!(
             "unknown sample format {:?} (expected audio8-v2 or audio8-v1)",
@@ -43,5 +75,14 @@ pub fn run(a: Args) -> Result<i32> {
         s.tensors,
         human_bytes(s.payload_bytes)
     );
+    if let Some(dir) = &a.reference {
+        let r = sample::reference::write(&a.dir, dir, a.seed)?;
+        println!(
+            "wrote {} ({} tensors, {})",
+            r.path.display(),
+            r.tensors,
+            human_bytes(r.bytes)
+        );
+    }
     Ok(super::EXIT_OK)
 }

@@ -152,6 +152,9 @@ pub fn parse_header(file: &str, bytes: &[u8]) -> Result<Header, Vec<Finding>> {
 }
 
 fn metadata(file: &str, entry: &Value, header: &mut Header, findings: &mut Vec<Finding>) {
+    if entry.is_null() {
+        return; // MLX writes `"__metadata__": null`; the format allows it.
+    }
     let Some(map) = entry.as_object() else {
         findings.push(
             header_err(

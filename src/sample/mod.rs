@@ -2,6 +2,8 @@
 //! heavy-tailed weights quantised per the format's rules. Tests, the demo and
 //! the benchmarks all start from it.
 
+pub mod nvfp4;
+pub mod reference;
 mod rng;
 
 use std::fs::{self, File};

@@ -74,7 +74,7 @@ pub fn parse(
     }
     check_weight_map(&weight_map, &shards, &parsed, &holders, &mut findings);
     expert_sets(&mut tensors, &mut findings);
-    for t in &mut tensors {
+    for t in tensors.iter_mut().filter(|t| is_expert(&t.name).is_none()) {
         if t.layout.is_none()
             && t.precision == Precision::Original
             && let Some(dtype) = t.source_dtype.as_deref().and_then(DenseDtype::parse)

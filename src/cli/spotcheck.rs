@@ -1,0 +1,273 @@
+//! `bundlescope spotcheck DIR [--tensor NAME | --all]`: MLX's
+//! `quantized_matmul` against the decoder's f64 product on random inputs,
+//! optionally each tensor against the unquantised reference checkpoint.
+//! Exit 0 when every check passes, 1 on any failure, 2 when it could not
+//! run (the bundle cannot be opened, MLX is missing, a bad option).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::Result;
+use bundlescope::format;
+use bundlescope::mlx::Device;
+use bundlescope::spotcheck::{
+    self, Checkpoint, DEFAULT_MAX_ROWS, Kind, Options, Report, SpotResult, XDtype,
+};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Arguments of `spotcheck`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// Bundle folder (or its manifest.json).
+    pub dir: PathBuf,
+    /// Check this tensor (or alias); the tied embedding also gets its gather check.
+    #[arg(long, conflicts_with = "all")]
+    pub tensor: Option<String>,
+    /// Check every packed tensor (the default when no --tensor is given).
+    #[arg(long)]
+    pub all: bool,
+    /// Rows of the random input x.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Seed of x and of the rows sampled.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// dtype of x: f32 (tolerance 1e-5) or bf16 (tolerance 1e-2).
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// The unquantised checkpoint (safetensors folder) to measure quality against.
+    #[arg(long)]
+    pub reference: Option<PathBuf>,
+    /// Rows checked per tensor, drawn from the seed; 0 checks every row.
+    /// Default: every row with --tensor, 4096 otherwise.
+    #[arg(long)]
+    pub max_rows: Option<usize>,
+    /// Where MLX runs: default (MLX's default device), cpu or gpu.
+    #[arg(long, default_value = "default")]
+    pub device: String,
+    /// Print the JSON report instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    let fail = |msg: String| {
+        eprintln!("bundlescope: {msg}");
+        Ok(super::EXIT_ERROR)
+    };
+    let Some(dtype) = XDtype::parse(&a.dtype) else {
+        return fail(format!("--dtype {:?}: expected f32 or bf16", a.dtype));
+    };
+    let device = match a.device.as_str() {
+        "default" => Device::Default,
+        "cpu" => Device::Cpu,
+        "gpu" => Device::Gpu,
+        d => return fail(format!("--device {d:?}: expected default, cpu or gpu")),
+    };
+    let bundle = match format::open(&a.dir) {
+        Ok(b) => b,
+        Err(e) => return fail(e.to_string()),
+    };
+    let reference = match &a.reference {
+        Some(dir) => match Checkpoint::open(dir) {
+            Ok(c) => Some(Arc::new(c)),
+            Err(e) => return fail(e.to_string()),
+        },
+        None => None,
+    };
+    let max_rows = match a.max_rows {
+        Some(0) => None,
+        Some(n) => Some(n),
+        None if a.tensor.is_some() => None,
+        None => Some(DEFAULT_MAX_ROWS),
+    };
+    let opts = Options {
+        batch: a.batch,
+        seed: a.seed,
+        dtype,
+        device,
+        max_rows,
+        reference,
+        ..Options::default()
+    };
+    let mut report = match &a.tensor {
+        Some(name) => match one(&bundle, name, &opts) {
+            Ok(r) => r,
+            Err(e) => return fail(e),
+        },
+        None => match all(&bundle, &opts) {
+            Ok(r) => r,
+            Err(e) => return fail(e.to_string()),
+        },
+    };
+    if opts.reference.is_some() {
+        report.rank_worst_first();
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+    }
+    // A packed tensor that could not be checked (broken metadata, a
+    // reserved code the seed refuses) counts as a failure too.
+    Ok(if report.failed == 0 && report.skipped.is_empty() {
+        super::EXIT_OK
+    } else {
+        super::EXIT_INVALID
+    })
+}
+
+/// One tensor (its gather check too, for the tied embedding).
+fn one(bundle: &format::Bundle, name: &str, opts: &Options) -> Result<Report, String> {
+    let start = std::time::Instant::now();
+    let index = bundle
+        .find(name)
+        .ok_or_else(|| format!("the bundle has no tensor or alias named {name:?}"))?;
+    let (device, mlx_version) = spotcheck::mlx_info(opts.device).map_err(|e| e.to_string())?;
+    let mut results = vec![spotcheck::run_tensor(bundle, index, opts).map_err(|e| e.to_string())?];
+    let target = results[0].tensor.clone();
+    if spotcheck::embedding_index(bundle) == bundle.find(&target) {
+        results.push(spotcheck::run_embedding(bundle, index, opts).map_err(|e| e.to_string())?);
+    }
+    let passed = results.iter().filter(|r| r.pass).count();
+    Ok(Report {
+        device,
+        mlx_version,
+        bundle: bundle.dir.clone(),
+        reference_dir: opts.reference.as_ref().map(|r| r.path().to_path_buf()),
+        seed: opts.seed,
+        failed: results.len() - passed,
+        passed,
+        results,
+        skipped: Vec::new(),
+        cancelled: false,
+        duration_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn all(bundle: &format::Bundle, opts: &Options) -> Result<Report, spotcheck::SpotError> {
+    let bar = if std::io::stderr().is_terminal() {
+        ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} spot check [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("█▌ "),
+    );
+    let never = AtomicBool::new(false);
+    let report = spotcheck::run_all(
+        bundle,
+        opts,
+        |p| {
+            bar.set_length(p.total as u64);
+            bar.set_position(p.done as u64);
+            bar.set_message(p.tensor.to_string());
+        },
+        &never,
+    );
+    bar.finish_and_clear();
+    report
+}
+
+fn print_table(r: &Report) {
+    println!(
+        "spot check of {} on {} (MLX {}), seed {}{}",
+        r.bundle.display(),
+        r.device,
+        r.mlx_version,
+        r.seed,
+        r.reference_dir
+            .as_ref()
+            .map_or(String::new(), |d| format!(", reference {}", d.display()))
+    );
+    let with_ref = r.reference_dir.is_some();
+    let width = r
+        .results
+        .iter()
+        .map(|x| x.tensor.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let mut head = format!(
+        "{:<width$}  {:<9} {:<8} {:>4} {:>5} {:>11}  {:>9} {:>9} {:>10} {:>8} {:>8} {:>8}",
+        "tensor",
+        "check",
+        "prec",
+        "x",
+        "batch",
+        "rows",
+        "rel_err",
+        "max_abs",
+        "cosine",
+        "ms",
+        "GFLOP/s",
+        "ref GF/s"
+    );
+    if with_ref {
+        head.push_str(&format!(
+            "  {:>8} {:>7} {:>8} {:>8}",
+            "w_rel", "SNR dB", "out_rel", "group"
+        ));
+    }
+    println!("{head}  result");
+    for x in &r.results {
+        println!("{}", row(x, width, with_ref));
+    }
+    for s in &r.skipped {
+        println!("{:<width$}  skipped: {}", s.tensor, s.reason);
+    }
+    for x in &r.results {
+        for f in &x.findings {
+            println!("{}: {} [{}]", f.severity.as_str(), f.message, x.tensor);
+        }
+    }
+    println!(
+        "{} passed, {} failed{} in {:.2} s",
+        r.passed,
+        r.failed,
+        if r.skipped.is_empty() {
+            String::new()
+        } else {
+            format!(", {} skipped", r.skipped.len())
+        },
+        r.duration_s
+    );
+}
+
+fn row(x: &SpotResult, width: usize, with_ref: bool) -> String {
+    let gf = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let kind = match x.kind {
+        Kind::Matmul => "matmul",
+        Kind::Embedding => "embedding",
+    };
+    let mut s = format!(
+        "{:<width$}  {:<9} {:<8} {:>4} {:>5} {:>11}  {:>9.2e} {:>9.2e} {:>10.7} {:>8.2} {:>8} {:>8}",
+        x.tensor,
+        kind,
+        x.precision,
+        x.dtype.as_str(),
+        x.batch,
+        format!("{}/{}", x.rows_checked, x.shape[0]),
+        x.rel_err,
+        x.max_abs_err,
+        x.cosine,
+        x.time_s * 1e3,
+        gf(x.gflops),
+        gf(x.ref_gflops),
+    );
+    if with_ref {
+        match &x.reference {
+            Some(q) => s.push_str(&format!(
+                "  {:>8.4} {:>7.2} {:>8.4} {:>8.3}",
+                q.weight_rel_err, q.snr_db, q.output_rel_err, q.worst_group_rel_err
+            )),
+            None => s.push_str(&format!("  {:>8} {:>7} {:>8} {:>8}", "-", "-", "-", "-")),
+        }
+    }
+    s.push_str(if x.pass { "  pass" } else { "  FAIL" });
+    s
+}

@@ -1,0 +1,942 @@
+//! MLX, through a small `cxx` bridge to its C++ library (`bridge.rs`,
+//! `bridge.cc`; `build.rs` compiles and links it when the `mlx` feature is
+//! on, which it is by default).
+//!
+//! Every function takes borrowed slices with explicit dimensions, checks that
+//! they agree, runs one small MLX graph on the chosen [`Device`] and returns
+//! an owned `Vec<f32>` (row-major). MLX's exceptions come back as
+//! [`MlxError::Mlx`]; nothing here aborts. Calls are serialised through one
+//! lock, so any thread may call (the GUI calls from a worker).
+//!
+//! Built without the `mlx` feature, every function returns
+//! [`MlxError::NotBuilt`], whose message says how to enable it.
+
+#[cfg(feature = "mlx")]
+mod bridge;
+
+use serde::Serialize;
+
+/// What to run the pip command with, for messages.
+pub const INSTALL_HINT: &str = "python3 -m pip install --target .pydeps \"mlx[cpu]==0.32.4\" numpy \
+     (macOS: mlx-metal==0.32.4), or set MLX_DIR to a folder with include/mlx/ and lib/libmlx.*";
+
+/// Group size of the audio8 formats' affine scales.
+pub const AFFINE_GROUP: usize = 64;
+/// Inputs per E4M3 scale in NVFP4.
+pub const NVFP4_GROUP: usize = 16;
+
+/// Why an MLX call did not return a result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MlxError {
+    /// This build has no MLX bridge.
+    #[error(
+        "this bundlescope was built without MLX; rebuild with --features mlx after installing MLX: {INSTALL_HINT}"
+    )]
+    NotBuilt,
+    /// The operation exists in MLX only on the GPU (e.g. `gather_qmm` with a
+    /// global scale); the caller falls back to dequantize + matmul.
+    #[error("{0}")]
+    UnsupportedOnCpu(String),
+    /// The inputs' lengths disagree with their dimensions (checked before MLX runs).
+    #[error("{0}")]
+    Shape(String),
+    /// MLX raised an exception.
+    #[error("MLX: {0}")]
+    Mlx(String),
+}
+
+/// Where an MLX call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// MLX's default device (the GPU where MLX has one, else the CPU).
+    #[default]
+    Default,
+    /// The CPU.
+    Cpu,
+    /// The GPU (Metal on macOS; absent from the Linux CPU wheels).
+    Gpu,
+}
+
+impl Device {
+    fn code(self) -> i32 {
+        match self {
+            Device::Default => 0,
+            Device::Cpu => 1,
+            Device::Gpu => 2,
+        }
+    }
+}
+
+/// Floating-point elements handed to MLX: f32 values, or bfloat16 / float16
+/// bit patterns (cast to MLX's types in C++, never converted numerically).
+#[derive(Debug, Clone, Copy)]
+pub enum Floats<'a> {
+    /// float32.
+    F32(&'a [f32]),
+    /// bfloat16 bits.
+    Bf16(&'a [u16]),
+    /// float16 bits.
+    F16(&'a [u16]),
+}
+
+impl Floats<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Floats::F32(v) => v.len(),
+            Floats::Bf16(v) | Floats::F16(v) => v.len(),
+        }
+    }
+
+    /// No elements?
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn data(&self) -> Data<'_> {
+        match *self {
+            Floats::F32(v) => Data::F32(v),
+            Floats::Bf16(v) => Data::Bf16(v),
+            Floats::F16(v) => Data::F16(v),
+        }
+    }
+}
+
+/// The element type of a result before it is widened to f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutDtype {
+    /// float32.
+    F32,
+    /// bfloat16 (rounded by MLX, then widened exactly).
+    Bf16,
+}
+
+/// An affine-quantised matrix `[rows, cols]` as MLX takes it: `words` is
+/// `[rows, cols * bits / 32]` uint32, `scales` and `biases` are
+/// `[rows, cols / group_size]`. With `transpose=true` MLX computes
+/// `x @ W.T` where `W[r][j] = scale * q + bias`.
+#[derive(Debug, Clone, Copy)]
+pub struct AffineWeights<'a> {
+    /// Packed codes, `rows * cols * bits / 32` words.
+    pub words: &'a [u32],
+    /// One scale per group.
+    pub scales: Floats<'a>,
+    /// One bias per group (same dtype as the scales).
+    pub biases: Floats<'a>,
+    /// Output rows.
+    pub rows: usize,
+    /// Input columns.
+    pub cols: usize,
+    /// Bits per code (MLX affine: 2, 3, 4, 5, 6 or 8).
+    pub bits: u32,
+    /// Columns per scale.
+    pub group_size: usize,
+}
+
+/// One NVFP4 matrix `[rows, cols]` (one expert): `words` `[rows, cols/8]`
+/// uint32, eight E2M1 codes a word, low nibble first; `scales`
+/// `[rows, cols/16]` E4M3 bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Nvfp4Weights<'a> {
+    /// Packed E2M1 codes.
+    pub words: &'a [u32],
+    /// E4M3 group scales.
+    pub scales: &'a [u8],
+    /// Output rows.
+    pub rows: usize,
+    /// Input columns (a multiple of 16).
+    pub cols: usize,
+}
+
+/// `quantize` in affine mode: words, scales and biases (f32).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AffineQuantized {
+    /// `[rows, cols * bits / 32]`.
+    pub words: Vec<u32>,
+    /// `[rows, cols / group_size]`.
+    pub scales: Vec<f32>,
+    /// `[rows, cols / group_size]`.
+    pub biases: Vec<f32>,
+}
+
+/// `quantize` in nvfp4 mode: words and E4M3 scale bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Nvfp4Quantized {
+    /// `[rows, cols / 8]`.
+    pub words: Vec<u32>,
+    /// `[rows, cols / 16]`.
+    pub scales: Vec<u8>,
+}
+
+/// How [`nvfp4_matmul`] computed its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Nvfp4Path {
+    /// `gather_qmm` with the global scale (GPU).
+    GatherQmm,
+    /// `dequantize` with the global scale, then `matmul` (the CPU's way).
+    DequantizeMatmul,
+}
+
+/// Is the MLX bridge compiled into this build?
+pub fn available() -> bool {
+    cfg!(feature = "mlx")
+}
+
+/// MLX's version string (e.g. `0.32.4`).
+pub fn version() -> Result<String, MlxError> {
+    backend::version()
+}
+
+/// MLX's default device: `"cpu"` or `"gpu"`.
+pub fn default_device() -> Result<String, MlxError> {
+    backend::default_device()
+}
+
+/// The name (`"cpu"`/`"gpu"`) of the device a call with `device` runs on.
+pub fn device_name(device: Device) -> Result<String, MlxError> {
+    match device {
+        Device::Default => default_device(),
+        Device::Cpu => Ok("cpu".into()),
+        Device::Gpu => {
+            backend::device_available(Device::Gpu)?;
+            Ok("gpu".into())
+        }
+    }
+}
+
+/// `quantized_matmul(x, w, scales, biases, transpose=true, mode="affine")`:
+/// `x` is `[batch, w.cols]`; returns `[batch, w.rows]` as f32.
+pub fn quantized_matmul(
+    device: Device,
+    x: Floats<'_>,
+    batch: usize,
+    w: &AffineWeights<'_>,
+) -> Result<Vec<f32>, MlxError> {
+    check_affine(w)?;
+    expect_len("x", x.len(), batch.checked_mul(w.cols))?;
+    let groups = w.cols / w.group_size;
+    let x = Arr::new(x.data(), &[batch, w.cols])?;
+    let words = Arr::new(Data::U32(w.words), &[w.rows, w.cols * w.bits as usize / 32])?;
+    let scales = Arr::new(w.scales.data(), &[w.rows, groups])?;
+    let biases = Arr::new(w.biases.data(), &[w.rows, groups])?;
+    let y = backend::quantized_matmul(
+        device,
+        &x,
+        &words,
+        &scales,
+        &biases,
+        w.group_size as i32,
+        w.bits as i32,
+        "affine",
+    )?;
+    expect_len(
+        "quantized_matmul result",
+        y.len(),
+        batch.checked_mul(w.rows),
+    )?;
+    Ok(y)
+}
+
+/// Rows `ids` of an affine matrix, dequantised by MLX the way the seed's
+/// `embedding` does: gather the rows of words, scales and biases, then
+/// `dequantize(..., dtype=float32)`, then cast to `out`. Returns
+/// `[ids.len(), w.cols]` (widened to f32).
+pub fn dequantize_affine_rows(
+    device: Device,
+    w: &AffineWeights<'_>,
+    ids: &[i32],
+    out: OutDtype,
+) -> Result<Vec<f32>, MlxError> {
+    check_affine(w)?;
+    if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as usize >= w.rows) {
+        return Err(MlxError::Shape(format!(
+            "row id {bad} is outside 0..{}",
+            w.rows
+        )));
+    }
+    let groups = w.cols / w.group_size;
+    let words = Arr::new(Data::U32(w.words), &[w.rows, w.cols * w.bits as usize / 32])?;
+    let scales = Arr::new(w.scales.data(), &[w.rows, groups])?;
+    let biases = Arr::new(w.biases.data(), &[w.rows, groups])?;
+    let index = Arr::new(Data::I32(ids), &[ids.len()])?;
+    let y = backend::dequantize(
+        device,
+        &words,
+        &scales,
+        &biases,
+        &Arr::none(),
+        &index,
+        w.group_size as i32,
+        w.bits as i32,
+        "affine",
+        out_code(out),
+    )?;
+    expect_len("dequantize result", y.len(), ids.len().checked_mul(w.cols))?;
+    Ok(y)
+}
+
+/// One NVFP4 expert dequantised by MLX:
+/// `dequantize(w, scales, mode="nvfp4", group_size=16, bits=4,
+/// global_scale=global_scale, dtype=float32)`. MLX takes the global scale as
+/// a scalar, so stacked experts are dequantised one at a time. Returns
+/// `[rows, cols]`.
+pub fn dequantize_nvfp4(
+    device: Device,
+    w: &Nvfp4Weights<'_>,
+    global_scale: Option<f32>,
+) -> Result<Vec<f32>, MlxError> {
+    check_nvfp4(w)?;
+    let words = Arr::new(Data::U32(w.words), &[w.rows, w.cols / 8])?;
+    let scales = Arr::new(Data::U8(w.scales), &[w.rows, w.cols / NVFP4_GROUP])?;
+    let gs = global_scale.map(|g| [g]);
+    let global = match &gs {
+        Some(g) => Arr::new(Data::F32(g), &[])?,
+        None => Arr::none(),
+    };
+    let y = backend::dequantize(
+        device,
+        &words,
+        &scales,
+        &Arr::none(),
+        &global,
+        &Arr::none(),
+        NVFP4_GROUP as i32,
+        4,
+        "nvfp4",
+        out_code(OutDtype::F32),
+    )?;
+    expect_len("dequantize result", y.len(), w.rows.checked_mul(w.cols))?;
+    Ok(y)
+}
+
+/// `quantize(w, group_size, bits, mode="affine")` of an f32 `[rows, cols]`.
+pub fn quantize_affine(
+    device: Device,
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    group_size: usize,
+    bits: u32,
+) -> Result<AffineQuantized, MlxError> {
+    expect_len("w", w.len(), rows.checked_mul(cols))?;
+    let a = Arr::new(Data::F32(w), &[rows, cols])?;
+    let q = backend::quantize(
+        device,
+        &a,
+        &Arr::none(),
+        group_size as i32,
+        bits as i32,
+        "affine",
+    )?;
+    Ok(AffineQuantized {
+        words: q.words,
+        scales: q.scales_f32,
+        biases: q.biases,
+    })
+}
+
+/// `quantize(w, group_size=16, bits=4, mode="nvfp4", global_scale)` of an
+/// f32 `[rows, cols]`.
+pub fn quantize_nvfp4(
+    device: Device,
+    w: &[f32],
+    rows: usize,
+    cols: usize,
+    global_scale: Option<f32>,
+) -> Result<Nvfp4Quantized, MlxError> {
+    expect_len("w", w.len(), rows.checked_mul(cols))?;
+    let a = Arr::new(Data::F32(w), &[rows, cols])?;
+    let gs = global_scale.map(|g| [g]);
+    let global = match &gs {
+        Some(g) => Arr::new(Data::F32(g), &[])?,
+        None => Arr::none(),
+    };
+    let q = backend::quantize(device, &a, &global, NVFP4_GROUP as i32, 4, "nvfp4")?;
+    Ok(Nvfp4Quantized {
+        words: q.words,
+        scales: q.scales_u8,
+    })
+}
+
+/// `gather_qmm(x, w, scales, rhs_indices=[expert], transpose=true,
+/// mode="nvfp4", global_scale=global_scales)` over stacked experts:
+/// `words` `[experts, rows, cols/8]`, `scales` `[experts, rows, cols/16]`,
+/// `global_scales` `[experts]`, `x` `[batch, cols]`; returns
+/// `[batch, rows]`. MLX runs this on the GPU only:
+/// on the CPU it is [`MlxError::UnsupportedOnCpu`] (see [`nvfp4_matmul`]).
+#[allow(clippy::too_many_arguments)]
+pub fn gather_qmm_nvfp4(
+    device: Device,
+    x: &[f32],
+    batch: usize,
+    words: &[u32],
+    scales: &[u8],
+    global_scales: &[f32],
+    rows: usize,
+    cols: usize,
+    expert: usize,
+) -> Result<Vec<f32>, MlxError> {
+    let experts = global_scales.len();
+    check_nvfp4_dims(rows, cols)?;
+    if expert >= experts {
+        return Err(MlxError::Shape(format!(
+            "expert {expert} is outside 0..{experts}"
+        )));
+    }
+    expect_len("x", x.len(), batch.checked_mul(cols))?;
+    let xa = Arr::new(Data::F32(x), &[1, batch, cols])?;
+    let wa = Arr::new(Data::U32(words), &[experts, rows, cols / 8])?;
+    let sa = Arr::new(Data::U8(scales), &[experts, rows, cols / NVFP4_GROUP])?;
+    let ga = Arr::new(Data::F32(global_scales), &[experts])?;
+    let idx = [expert as i32];
+    let ia = Arr::new(Data::I32(&idx), &[1])?;
+    let y = backend::gather_qmm(
+        device,
+        &xa,
+        &wa,
+        &sa,
+        &Arr::none(),
+        &ga,
+        &ia,
+        NVFP4_GROUP as i32,
+        4,
+        "nvfp4",
+    )?;
+    expect_len("gather_qmm result", y.len(), batch.checked_mul(rows))?;
+    Ok(y)
+}
+
+/// `x @ W.T` for expert `expert` of stacked NVFP4 weights (as
+/// [`gather_qmm_nvfp4`]): `gather_qmm` where MLX can, else (the CPU)
+/// `dequantize` of that expert with its global scale followed by `matmul`.
+#[allow(clippy::too_many_arguments)]
+pub fn nvfp4_matmul(
+    device: Device,
+    x: &[f32],
+    batch: usize,
+    words: &[u32],
+    scales: &[u8],
+    global_scales: &[f32],
+    rows: usize,
+    cols: usize,
+    expert: usize,
+) -> Result<(Vec<f32>, Nvfp4Path), MlxError> {
+    match gather_qmm_nvfp4(
+        device,
+        x,
+        batch,
+        words,
+        scales,
+        global_scales,
+        rows,
+        cols,
+        expert,
+    ) {
+        Ok(y) => return Ok((y, Nvfp4Path::GatherQmm)),
+        Err(MlxError::UnsupportedOnCpu(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let (wl, sl) = (rows * cols / 8, rows * cols / NVFP4_GROUP);
+    let one = Nvfp4Weights {
+        words: words
+            .get(expert * wl..(expert + 1) * wl)
+            .ok_or_else(|| MlxError::Shape("words are shorter than the experts".into()))?,
+        scales: scales
+            .get(expert * sl..(expert + 1) * sl)
+            .ok_or_else(|| MlxError::Shape("scales are shorter than the experts".into()))?,
+        rows,
+        cols,
+    };
+    let w = dequantize_nvfp4(device, &one, Some(global_scales[expert]))?;
+    let y = matmul_nt(device, x, batch, &w, rows, cols)?;
+    Ok((y, Nvfp4Path::DequantizeMatmul))
+}
+
+/// `x @ w.T` in f32: `x` `[batch, k]`, `w` `[n, k]`; returns `[batch, n]`.
+pub fn matmul_nt(
+    device: Device,
+    x: &[f32],
+    batch: usize,
+    w: &[f32],
+    n: usize,
+    k: usize,
+) -> Result<Vec<f32>, MlxError> {
+    expect_len("x", x.len(), batch.checked_mul(k))?;
+    expect_len("w", w.len(), n.checked_mul(k))?;
+    let xa = Arr::new(Data::F32(x), &[batch, k])?;
+    let wa = Arr::new(Data::F32(w), &[n, k])?;
+    let y = backend::matmul_nt(device, &xa, &wa)?;
+    expect_len("matmul result", y.len(), batch.checked_mul(n))?;
+    Ok(y)
+}
+
+fn check_affine(w: &AffineWeights<'_>) -> Result<(), MlxError> {
+    if w.group_size == 0 || w.cols == 0 || !w.cols.is_multiple_of(w.group_size) {
+        return Err(MlxError::Shape(format!(
+            "{} columns is not a positive multiple of the group size {}",
+            w.cols, w.group_size
+        )));
+    }
+    let packed_bits = w.cols.checked_mul(w.bits as usize);
+    if w.bits == 0 || packed_bits.is_none_or(|b| !b.is_multiple_of(32)) {
+        return Err(MlxError::Shape(format!(
+            "{} columns of {} bits do not fill whole 32-bit words",
+            w.cols, w.bits
+        )));
+    }
+    let groups = w.cols / w.group_size;
+    expect_len(
+        "words",
+        w.words.len(),
+        w.rows.checked_mul(w.cols * w.bits as usize / 32),
+    )?;
+    expect_len("scales", w.scales.len(), w.rows.checked_mul(groups))?;
+    expect_len("biases", w.biases.len(), w.rows.checked_mul(groups))?;
+    Ok(())
+}
+
+fn check_nvfp4_dims(rows: usize, cols: usize) -> Result<(), MlxError> {
+    if rows == 0 || cols == 0 || !cols.is_multiple_of(NVFP4_GROUP) {
+        return Err(MlxError::Shape(format!(
+            "an NVFP4 matrix needs rows > 0 and columns a positive multiple of 16, got {rows}×{cols}"
+        )));
+    }
+    Ok(())
+}
+
+fn check_nvfp4(w: &Nvfp4Weights<'_>) -> Result<(), MlxError> {
+    check_nvfp4_dims(w.rows, w.cols)?;
+    expect_len("words", w.words.len(), w.rows.checked_mul(w.cols / 8))?;
+    expect_len(
+        "scales",
+        w.scales.len(),
+        w.rows.checked_mul(w.cols / NVFP4_GROUP),
+    )?;
+    Ok(())
+}
+
+fn expect_len(what: &str, have: usize, want: Option<usize>) -> Result<(), MlxError> {
+    match want {
+        Some(w) if w == have => Ok(()),
+        Some(w) => Err(MlxError::Shape(format!(
+            "{what}: {w} elements expected, {have} given"
+        ))),
+        None => Err(MlxError::Shape(format!("{what}: size overflows"))),
+    }
+}
+
+// Dtype codes shared with bridge.cc.
+const DTYPE_NONE: u8 = 0;
+const DTYPE_F32: u8 = 1;
+const DTYPE_BF16: u8 = 2;
+#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
+const DTYPE_F16: u8 = 3;
+#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
+const DTYPE_U32: u8 = 4;
+#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
+const DTYPE_U8: u8 = 5;
+#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
+const DTYPE_I32: u8 = 6;
+
+fn out_code(d: OutDtype) -> u8 {
+    match d {
+        OutDtype::F32 => DTYPE_F32,
+        OutDtype::Bf16 => DTYPE_BF16,
+    }
+}
+
+/// Elements of one array argument.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
+enum Data<'a> {
+    None,
+    F32(&'a [f32]),
+    Bf16(&'a [u16]),
+    F16(&'a [u16]),
+    U32(&'a [u32]),
+    U8(&'a [u8]),
+    I32(&'a [i32]),
+}
+
+/// One array argument: elements and shape (MLX's int32 dimensions).
+#[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
+struct Arr<'a> {
+    data: Data<'a>,
+    shape: Vec<i32>,
+}
+
+impl<'a> Arr<'a> {
+    fn new(data: Data<'a>, shape: &[usize]) -> Result<Self, MlxError> {
+        let shape = shape
+            .iter()
+            .map(|&d| {
+                i32::try_from(d)
+                    .map_err(|_| MlxError::Shape(format!("dimension {d} exceeds MLX's int32")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { data, shape })
+    }
+
+    fn none() -> Self {
+        Self {
+            data: Data::None,
+            shape: Vec::new(),
+        }
+    }
+}
+
+#[cfg(feature = "mlx")]
+mod backend {
+    //! The real calls: one lock, arguments to the bridge's structs,
+    //! exceptions to errors.
+
+    use std::sync::Mutex;
+
+    use super::bridge::ffi;
+    use super::*;
+
+    /// MLX's default device and stream are process-wide; one call at a time.
+    static LOCK: Mutex<()> = Mutex::new(());
+
+    fn locked<T>(f: impl FnOnce() -> Result<T, cxx::Exception>) -> Result<T, MlxError> {
+        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        f().map_err(|e| {
+            let what = e.what().to_string();
+            if what.starts_with("unsupported on cpu") {
+                MlxError::UnsupportedOnCpu(what)
+            } else {
+                MlxError::Mlx(what)
+            }
+        })
+    }
+
+    fn arg<'a>(a: &'a Arr<'a>) -> ffi::ArrayArg<'a> {
+        let mut out = ffi::ArrayArg {
+            dtype: DTYPE_NONE,
+            shape: &a.shape,
+            f32s: &[],
+            u16s: &[],
+            u32s: &[],
+            u8s: &[],
+            i32s: &[],
+        };
+        match a.data {
+            Data::None => {}
+            Data::F32(v) => (out.dtype, out.f32s) = (DTYPE_F32, v),
+            Data::Bf16(v) => (out.dtype, out.u16s) = (DTYPE_BF16, v),
+            Data::F16(v) => (out.dtype, out.u16s) = (DTYPE_F16, v),
+            Data::U32(v) => (out.dtype, out.u32s) = (DTYPE_U32, v),
+            Data::U8(v) => (out.dtype, out.u8s) = (DTYPE_U8, v),
+            Data::I32(v) => (out.dtype, out.i32s) = (DTYPE_I32, v),
+        }
+        out
+    }
+
+    pub fn version() -> Result<String, MlxError> {
+        locked(|| Ok(ffi::version()))
+    }
+
+    pub fn default_device() -> Result<String, MlxError> {
+        locked(ffi::default_device)
+    }
+
+    pub fn device_available(device: Device) -> Result<(), MlxError> {
+        if locked(|| Ok(ffi::device_available(device.code())))? {
+            Ok(())
+        } else {
+            Err(MlxError::Mlx(
+                "no GPU device: this MLX build runs on the cpu only".into(),
+            ))
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn quantized_matmul(
+        device: Device,
+        x: &Arr<'_>,
+        w: &Arr<'_>,
+        scales: &Arr<'_>,
+        biases: &Arr<'_>,
+        group_size: i32,
+        bits: i32,
+        mode: &str,
+    ) -> Result<Vec<f32>, MlxError> {
+        locked(|| {
+            ffi::quantized_matmul(
+                device.code(),
+                &arg(x),
+                &arg(w),
+                &arg(scales),
+                &arg(biases),
+                group_size,
+                bits,
+                mode,
+            )
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn dequantize(
+        device: Device,
+        w: &Arr<'_>,
+        scales: &Arr<'_>,
+        biases: &Arr<'_>,
+        global_scale: &Arr<'_>,
+        ids: &Arr<'_>,
+        group_size: i32,
+        bits: i32,
+        mode: &str,
+        out_dtype: u8,
+    ) -> Result<Vec<f32>, MlxError> {
+        locked(|| {
+            ffi::dequantize(
+                device.code(),
+                &arg(w),
+                &arg(scales),
+                &arg(biases),
+                &arg(global_scale),
+                &arg(ids),
+                group_size,
+                bits,
+                mode,
+                out_dtype,
+            )
+        })
+    }
+
+    pub struct Quantized {
+        pub words: Vec<u32>,
+        pub scales_f32: Vec<f32>,
+        pub scales_u8: Vec<u8>,
+        pub biases: Vec<f32>,
+    }
+
+    pub fn quantize(
+        device: Device,
+        w: &Arr<'_>,
+        global_scale: &Arr<'_>,
+        group_size: i32,
+        bits: i32,
+        mode: &str,
+    ) -> Result<Quantized, MlxError> {
+        let q = locked(|| {
+            ffi::quantize(
+                device.code(),
+                &arg(w),
+                &arg(global_scale),
+                group_size,
+                bits,
+                mode,
+            )
+        })?;
+        Ok(Quantized {
+            words: q.words,
+            scales_f32: q.scales_f32,
+            scales_u8: q.scales_u8,
+            biases: q.biases,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn gather_qmm(
+        device: Device,
+        x: &Arr<'_>,
+        w: &Arr<'_>,
+        scales: &Arr<'_>,
+        biases: &Arr<'_>,
+        global_scale: &Arr<'_>,
+        rhs_indices: &Arr<'_>,
+        group_size: i32,
+        bits: i32,
+        mode: &str,
+    ) -> Result<Vec<f32>, MlxError> {
+        locked(|| {
+            ffi::gather_qmm(
+                device.code(),
+                &arg(x),
+                &arg(w),
+                &arg(scales),
+                &arg(biases),
+                &arg(global_scale),
+                &arg(rhs_indices),
+                group_size,
+                bits,
+                mode,
+            )
+        })
+    }
+
+    pub fn matmul_nt(device: Device, x: &Arr<'_>, w: &Arr<'_>) -> Result<Vec<f32>, MlxError> {
+        locked(|| ffi::matmul_nt(device.code(), &arg(x), &arg(w)))
+    }
+}
+
+#[cfg(not(feature = "mlx"))]
+mod backend {
+    //! Without the bridge: every call says how to get it.
+
+    use super::*;
+
+    pub struct Quantized {
+        pub words: Vec<u32>,
+        pub scales_f32: Vec<f32>,
+        pub scales_u8: Vec<u8>,
+        pub biases: Vec<f32>,
+    }
+
+    pub fn version() -> Result<String, MlxError> {
+        Err(MlxError::NotBuilt)
+    }
+
+    pub fn default_device() -> Result<String, MlxError> {
+        Err(MlxError::NotBuilt)
+    }
+
+    pub fn device_available(_: Device) -> Result<(), MlxError> {
+        Err(MlxError::NotBuilt)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn quantized_matmul(
+        _: Device,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: i32,
+        _: i32,
+        _: &str,
+    ) -> Result<Vec<f32>, MlxError> {
+        Err(MlxError::NotBuilt)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn dequantize(
+        _: Device,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: i32,
+        _: i32,
+        _: &str,
+        _: u8,
+    ) -> Result<Vec<f32>, MlxError> {
+        Err(MlxError::NotBuilt)
+    }
+
+    pub fn quantize(
+        _: Device,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: i32,
+        _: i32,
+        _: &str,
+    ) -> Result<Quantized, MlxError> {
+        Err(MlxError::NotBuilt)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn gather_qmm(
+        _: Device,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: &Arr<'_>,
+        _: i32,
+        _: i32,
+        _: &str,
+    ) -> Result<Vec<f32>, MlxError> {
+        Err(MlxError::NotBuilt)
+    }
+
+    pub fn matmul_nt(_: Device, _: &Arr<'_>, _: &Arr<'_>) -> Result<Vec<f32>, MlxError> {
+        Err(MlxError::NotBuilt)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 2×64 4-bit matrix of zero codes, scale 1, bias 0.
+    fn tiny(words: &[u32]) -> AffineWeights<'_> {
+        AffineWeights {
+            words,
+            scales: Floats::F32(&[1.0; 2]),
+            biases: Floats::F32(&[0.0; 2]),
+            rows: 2,
+            cols: 64,
+            bits: 4,
+            group_size: 64,
+        }
+    }
+
+    #[test]
+    fn mismatched_lengths_are_refused_before_mlx_runs() {
+        let words = [0u32; 16];
+        let w = tiny(&words);
+        let e = quantized_matmul(Device::Cpu, Floats::F32(&[0.0; 63]), 1, &w).unwrap_err();
+        assert!(matches!(e, MlxError::Shape(_)), "{e}");
+        let e = quantized_matmul(Device::Cpu, Floats::F32(&[0.0; 64]), 1, &tiny(&words[..15]))
+            .unwrap_err();
+        assert!(e.to_string().contains("words"), "{e}");
+        let e = dequantize_affine_rows(Device::Cpu, &w, &[2], OutDtype::F32).unwrap_err();
+        assert!(e.to_string().contains("outside"), "{e}");
+        let e = quantized_matmul(
+            Device::Cpu,
+            Floats::F32(&[0.0; 64]),
+            1,
+            &AffineWeights { bits: 5, ..w },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("32-bit words"), "{e}");
+    }
+
+    #[cfg(not(feature = "mlx"))]
+    #[test]
+    fn without_the_feature_every_call_says_how_to_enable_it() {
+        let e = version().unwrap_err();
+        assert_eq!(e, MlxError::NotBuilt);
+        assert!(e.to_string().contains("--features mlx"));
+        assert!(e.to_string().contains("pip install"));
+    }
+
+    #[cfg(feature = "mlx")]
+    #[test]
+    fn the_bridge_reports_version_and_device() {
+        assert!(version().unwrap().starts_with("0."));
+        let d = default_device().unwrap();
+        assert!(d == "cpu" || d == "gpu", "{d}");
+        assert_eq!(device_name(Device::Cpu).unwrap(), "cpu");
+    }
+
+    #[cfg(feature = "mlx")]
+    #[test]
+    fn mlx_exceptions_become_errors() {
+        let words = [0u32; 16];
+        let y = quantized_matmul(Device::Cpu, Floats::F32(&[1.0; 64]), 1, &tiny(&words)).unwrap();
+        assert_eq!(y, vec![0.0, 0.0]);
+        // Lengths that agree with each other but a group size MLX refuses:
+        // MLX throws, and the call returns Err instead of aborting.
+        let w = AffineWeights {
+            group_size: 48,
+            cols: 96,
+            words: &[0u32; 24],
+            scales: Floats::F32(&[1.0; 4]),
+            biases: Floats::F32(&[0.0; 4]),
+            ..tiny(&words)
+        };
+        match quantized_matmul(Device::Cpu, Floats::F32(&[0.0; 96]), 1, &w) {
+            Err(MlxError::Mlx(msg)) => assert!(msg.contains("group"), "{msg}"),
+            other => panic!("expected an MLX error, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,462 @@
+//! The CPU side of a spot check, independent of MLX: the f64 reference
+//! product from bundlescope's own decoder, the error measures, and the
+//! quality of a bundle against the unquantised checkpoint it was made from.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use super::SpotError;
+use crate::decode::dequant::{GROUP, dequantize_rows, row_bytes, row_scale_bytes};
+use crate::decode::{bf16_to_f32, f16_to_f32};
+use crate::format::PackedKind;
+use crate::format::safetensors::{self, StTensor};
+
+/// Rows decoded per parallel task of the reference product.
+const ROW_BLOCK: usize = 16;
+
+/// `y = x · Wᵀ` in f64, `W` decoded from `rows` packed rows (`codes`,
+/// `scales` as the payload stores them) by [`dequantize_rows`]; `x` is
+/// `[batch, cols]`. Returns `[batch, rows]`, the layout MLX returns.
+pub fn matmul(
+    kind: PackedKind,
+    cols: usize,
+    codes: &[u8],
+    scales: &[u8],
+    x: &[f64],
+    batch: usize,
+) -> Result<Vec<f64>, SpotError> {
+    let (rb, sb) = (row_bytes(kind, cols), row_scale_bytes(cols));
+    let rows = codes.len() / rb;
+    let xt = transpose(x, batch, cols);
+    let mut out_rows = vec![0f64; rows * batch]; // [rows, batch]
+    out_rows
+        .par_chunks_mut(ROW_BLOCK * batch)
+        .zip(codes.par_chunks(ROW_BLOCK * rb))
+        .zip(scales.par_chunks(ROW_BLOCK * sb))
+        .try_for_each(|((out, c), s)| {
+            let n = c.len() / rb;
+            let mut w = vec![0f32; n * cols];
+            dequantize_rows(kind, cols, c, s, &mut w)
+                .map_err(|e| SpotError::Decode(e.to_string()))?;
+            for (o, wr) in out.chunks_exact_mut(batch).zip(w.chunks_exact(cols)) {
+                dot_rows(&xt, batch, wr.iter().map(|&v| f64::from(v)), o);
+            }
+            Ok::<(), SpotError>(())
+        })?;
+    Ok(transpose(&out_rows, rows, batch))
+}
+
+/// `acc[b] = Σ_j xt[j][b] · w[j]`.
+#[inline]
+fn dot_rows(xt: &[f64], batch: usize, w: impl Iterator<Item = f64>, acc: &mut [f64]) {
+    acc.fill(0.0);
+    for (xs, wv) in xt.chunks_exact(batch).zip(w) {
+        for (a, &xv) in acc.iter_mut().zip(xs) {
+            *a += xv * wv;
+        }
+    }
+}
+
+/// `[r, c]` to `[c, r]`.
+fn transpose(a: &[f64], r: usize, c: usize) -> Vec<f64> {
+    let mut t = vec![0f64; a.len()];
+    for i in 0..r {
+        for j in 0..c {
+            t[j * r + i] = a[i * c + j];
+        }
+    }
+    t
+}
+
+/// How far a result is from its reference.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Agreement {
+    /// `‖got − want‖ / ‖want‖` (Frobenius).
+    pub rel_err: f64,
+    /// `max |got − want|`.
+    pub max_abs_err: f64,
+    /// `⟨got, want⟩ / (‖got‖ ‖want‖)`.
+    pub cosine: f64,
+}
+
+/// Compares `got` (MLX's f32) with `want` (the f64 reference).
+pub fn agreement(got: &[f32], want: &[f64]) -> Agreement {
+    let (mut d2, mut w2, mut g2, mut gw, mut max) = (0f64, 0f64, 0f64, 0f64, 0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        let g = f64::from(g);
+        let d = g - w;
+        d2 += d * d;
+        w2 += w * w;
+        g2 += g * g;
+        gw += g * w;
+        max = max.max(d.abs());
+    }
+    if got.len() != want.len() {
+        max = f64::INFINITY;
+    }
+    Agreement {
+        rel_err: ratio(d2.sqrt(), w2.sqrt()),
+        max_abs_err: max,
+        cosine: if g2 == 0.0 && w2 == 0.0 {
+            1.0
+        } else {
+            gw / (g2.sqrt() * w2.sqrt())
+        },
+    }
+}
+
+/// `a / b`, where `0 / 0` is 0 and `a / 0` is infinite.
+fn ratio(a: f64, b: f64) -> f64 {
+    if a == 0.0 {
+        0.0
+    } else if b == 0.0 {
+        f64::INFINITY
+    } else {
+        a / b
+    }
+}
+
+/// What a correct round-to-nearest quantisation of the sample writer's
+/// heavy-tailed weights stays within, per precision; above either bound the
+/// bundle does not encode its source (codes moved, a scale changed).
+///
+/// Derived from `bundlescope sample` bundles (seeds 1..=8, the default size
+/// and `--size-mib 512`, every row, random x with batch 8): the largest
+/// values seen were, for `output_rel_err`, q3 0.21, q3_full8 0.21, q4 0.088;
+/// for the worst 64-column group's weight error, q3 0.67, q3_full8 0.62,
+/// q4 0.27. The bounds leave about 1.5× headroom for the tensor-level error
+/// (whose spread across seeds is small) and sit below the ≈ 1.0 a doubled
+/// scale gives its group and the ≈ 1.4 of codes permuted within a row.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Thresholds {
+    /// Bound on `output_rel_err`.
+    pub output_rel_err: f64,
+    /// Bound on `worst_group_rel_err`.
+    pub group_rel_err: f64,
+}
+
+impl Thresholds {
+    /// The bounds for one precision.
+    pub fn for_kind(kind: PackedKind) -> Self {
+        match kind {
+            PackedKind::Q3 | PackedKind::Q3Full8 => Self {
+                output_rel_err: 0.32,
+                group_rel_err: 0.85,
+            },
+            PackedKind::Q4 => Self {
+                output_rel_err: 0.14,
+                group_rel_err: 0.45,
+            },
+        }
+    }
+}
+
+/// A tensor's quality against the unquantised source.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Quality {
+    /// `‖Wq − W‖ / ‖W‖` over the rows checked.
+    pub weight_rel_err: f64,
+    /// `10 · log10(‖W‖² / ‖Wq − W‖²)`.
+    pub snr_db: f64,
+    /// `‖x(Wq − W)ᵀ‖ / ‖xWᵀ‖` on the spot check's random `x`.
+    pub output_rel_err: f64,
+    /// The largest `‖Wq − W‖ / ‖W‖` of one 64-column group.
+    pub worst_group_rel_err: f64,
+    /// Where that group is: `[row, group]` (row in the tensor).
+    pub worst_group: [u64; 2],
+    /// The bounds this tensor was held to.
+    pub thresholds: Thresholds,
+    /// Both measures within their bounds.
+    pub pass: bool,
+}
+
+/// Measures `wq` (decoded, `[n, cols]`) against `w` (the source rows,
+/// `[n, cols]`), with the outputs on `x` (`[batch, cols]`). `row_ids` names
+/// the tensor rows the `n` rows are.
+pub fn quality(
+    kind: PackedKind,
+    wq: &[f32],
+    w: &[f64],
+    x: &[f64],
+    batch: usize,
+    cols: usize,
+    row_ids: &[u64],
+) -> Quality {
+    let xt = transpose(x, batch, cols);
+    #[derive(Default, Clone, Copy)]
+    struct Acc {
+        d2: f64,
+        w2: f64,
+        yd2: f64,
+        yw2: f64,
+        worst: f64,
+        worst_at: [u64; 2],
+    }
+    let acc = wq
+        .par_chunks(cols)
+        .zip(w.par_chunks(cols))
+        .zip(row_ids.par_iter())
+        .fold(Acc::default, |mut a, ((q, s), &row)| {
+            let mut yd = vec![0f64; batch];
+            let mut yw = vec![0f64; batch];
+            dot_rows(
+                &xt,
+                batch,
+                q.iter().zip(s).map(|(&q, &s)| f64::from(q) - s),
+                &mut yd,
+            );
+            dot_rows(&xt, batch, s.iter().copied(), &mut yw);
+            a.yd2 += yd.iter().map(|v| v * v).sum::<f64>();
+            a.yw2 += yw.iter().map(|v| v * v).sum::<f64>();
+            for (g, (qg, sg)) in q.chunks(GROUP).zip(s.chunks(GROUP)).enumerate() {
+                let (mut d2, mut w2) = (0f64, 0f64);
+                for (&q, &s) in qg.iter().zip(sg) {
+                    let d = f64::from(q) - s;
+                    d2 += d * d;
+                    w2 += s * s;
+                }
+                let r = ratio(d2.sqrt(), w2.sqrt());
+                if r > a.worst {
+                    a.worst = r;
+                    a.worst_at = [row, g as u64];
+                }
+                a.d2 += d2;
+                a.w2 += w2;
+            }
+            a
+        })
+        .reduce(Acc::default, |a, b| Acc {
+            d2: a.d2 + b.d2,
+            w2: a.w2 + b.w2,
+            yd2: a.yd2 + b.yd2,
+            yw2: a.yw2 + b.yw2,
+            worst: a.worst.max(b.worst),
+            worst_at: if b.worst > a.worst {
+                b.worst_at
+            } else {
+                a.worst_at
+            },
+        });
+    let thresholds = Thresholds::for_kind(kind);
+    let weight_rel_err = ratio(acc.d2.sqrt(), acc.w2.sqrt());
+    let output_rel_err = ratio(acc.yd2.sqrt(), acc.yw2.sqrt());
+    let snr_db = if acc.d2 == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (acc.w2 / acc.d2).log10()
+    };
+    Quality {
+        weight_rel_err,
+        snr_db,
+        output_rel_err,
+        worst_group_rel_err: acc.worst,
+        worst_group: acc.worst_at,
+        thresholds,
+        pass: output_rel_err <= thresholds.output_rel_err && acc.worst <= thresholds.group_rel_err,
+    }
+}
+
+/// An unquantised reference checkpoint: every `*.safetensors` file of a
+/// folder (or one such file), mapped read-only, headers parsed strictly.
+#[derive(Debug)]
+pub struct Checkpoint {
+    dir: PathBuf,
+    files: Vec<(String, Mmap)>,
+    index: HashMap<String, (usize, StTensor)>,
+}
+
+/// One tensor of a [`Checkpoint`].
+#[derive(Debug, Clone, Copy)]
+pub struct SourceTensor<'a> {
+    /// Dtype as written (`BF16`, `F16`, `F32`).
+    pub dtype: &'a str,
+    /// Shape.
+    pub shape: &'a [u64],
+    /// The file it is in.
+    pub file: &'a str,
+    bytes: &'a [u8],
+}
+
+impl Checkpoint {
+    /// Opens `path`: a folder of safetensors files, or one file.
+    pub fn open(path: &Path) -> Result<Self, SpotError> {
+        let io = |e: std::io::Error| SpotError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        };
+        let meta = std::fs::metadata(path).map_err(io)?;
+        let mut paths: Vec<PathBuf> = if meta.is_dir() {
+            std::fs::read_dir(path)
+                .map_err(io)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "safetensors") && p.is_file())
+                .collect()
+        } else {
+            vec![path.to_path_buf()]
+        };
+        paths.sort();
+        if paths.is_empty() {
+            return Err(SpotError::Reference(format!(
+                "{} holds no .safetensors file",
+                path.display()
+            )));
+        }
+        let mut files = Vec::new();
+        let mut index = HashMap::new();
+        for p in paths {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let f = File::open(&p).map_err(|e| SpotError::Io {
+                path: p.clone(),
+                source: e,
+            })?;
+            if !f.metadata().map_err(io)?.is_file() {
+                return Err(SpotError::Reference(format!(
+                    "{} is not a regular file",
+                    p.display()
+                )));
+            }
+            // SAFETY: read-only map of a file nobody is meant to change while
+            // it is read; a concurrent truncation would fault (SIGBUS).
+            let map = unsafe { Mmap::map(&f) }.map_err(|e| SpotError::Io {
+                path: p.clone(),
+                source: e,
+            })?;
+            let header = safetensors::parse_header(&name, &map).map_err(|findings| {
+                let msgs: Vec<String> =
+                    findings.iter().take(3).map(|f| f.message.clone()).collect();
+                SpotError::Reference(format!(
+                    "{} is not a valid safetensors file: {}",
+                    p.display(),
+                    msgs.join("; ")
+                ))
+            })?;
+            let at = files.len();
+            for t in header.tensors {
+                if let Some((other, _)) = index.get(&t.name) {
+                    let other: &(String, Mmap) = &files[*other];
+                    return Err(SpotError::Reference(format!(
+                        "tensor {} is in both {} and {name}",
+                        t.name, other.0
+                    )));
+                }
+                index.insert(t.name.clone(), (at, t));
+            }
+            files.push((name, map));
+        }
+        Ok(Self {
+            dir: path.to_path_buf(),
+            files,
+            index,
+        })
+    }
+
+    /// The folder (or file) opened.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// No tensors?
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The tensor called `name`, if the checkpoint has it.
+    pub fn tensor(&self, name: &str) -> Option<SourceTensor<'_>> {
+        let (file, t) = self.index.get(name)?;
+        let (fname, map) = &self.files[*file];
+        let bytes = map.get(usize::try_from(t.begin).ok()?..usize::try_from(t.end).ok()?)?;
+        Some(SourceTensor {
+            dtype: &t.dtype,
+            shape: &t.shape,
+            file: fname,
+            bytes,
+        })
+    }
+}
+
+impl SourceTensor<'_> {
+    /// Rows `rows` of a `[_, cols]` tensor as f64 (`[rows.len(), cols]`).
+    pub fn rows_f64(&self, rows: &[u64], cols: usize) -> Result<Vec<f64>, String> {
+        let size = match self.dtype {
+            "F32" => 4,
+            "BF16" | "F16" => 2,
+            d => return Err(format!("dtype {d} (expected BF16, F16 or F32)")),
+        };
+        let row_len = cols * size;
+        let mut out = Vec::with_capacity(rows.len() * cols);
+        for &r in rows {
+            let start = usize::try_from(r).map_err(|e| e.to_string())? * row_len;
+            let b = self
+                .bytes
+                .get(start..start + row_len)
+                .ok_or_else(|| format!("row {r} is outside the tensor's bytes"))?;
+            match self.dtype {
+                "F32" => out.extend(
+                    b.chunks_exact(4)
+                        .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+                ),
+                "BF16" => out.extend(
+                    b.chunks_exact(2)
+                        .map(|c| f64::from(bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))),
+                ),
+                _ => out.extend(
+                    b.chunks_exact(2)
+                        .map(|c| f64::from(f16_to_f32(u16::from_le_bytes([c[0], c[1]])))),
+                ),
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agreement_measures() {
+        let a = agreement(&[1.0, 2.0], &[1.0, 2.0]);
+        assert_eq!((a.rel_err, a.max_abs_err), (0.0, 0.0));
+        assert!((a.cosine - 1.0).abs() < 1e-15);
+        let a = agreement(&[1.0, 0.0], &[0.0, 1.0]);
+        assert_eq!(a.cosine, 0.0);
+        assert!((a.rel_err - 2f64.sqrt()).abs() < 1e-15);
+        assert_eq!(agreement(&[0.0], &[0.0]).rel_err, 0.0);
+        assert_eq!(agreement(&[1.0], &[0.0]).rel_err, f64::INFINITY);
+    }
+
+    #[test]
+    fn quality_of_an_exact_copy_is_perfect_and_of_a_doubled_group_is_not() {
+        let cols = 128;
+        let w: Vec<f64> = (0..2 * cols)
+            .map(|i| ((i * 37 % 11) as f64 - 5.0) / 8.0)
+            .collect();
+        let wq: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+        let x: Vec<f64> = (0..3 * cols).map(|i| (i % 7) as f64 - 3.0).collect();
+        let q = quality(PackedKind::Q4, &wq, &w, &x, 3, cols, &[0, 1]);
+        assert_eq!((q.weight_rel_err, q.output_rel_err), (0.0, 0.0));
+        assert_eq!(q.snr_db, f64::INFINITY);
+        assert!(q.pass);
+        let mut doubled = wq.clone();
+        for v in &mut doubled[cols + 64..cols + 128] {
+            *v *= 2.0;
+        }
+        let q = quality(PackedKind::Q4, &doubled, &w, &x, 3, cols, &[5, 9]);
+        assert!((q.worst_group_rel_err - 1.0).abs() < 1e-12);
+        assert_eq!(q.worst_group, [9, 1]);
+        assert!(!q.pass);
+    }
+}
