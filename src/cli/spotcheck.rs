@@ -44,6 +44,9 @@ pub struct Args {
     /// Default: every row with --tensor, 4096 otherwise.
     #[arg(long)]
     pub max_rows: Option<usize>,
+    /// Stacked NVFP4 experts: check only this expert (default: every expert).
+    #[arg(long)]
+    pub expert: Option<usize>,
     /// Where MLX runs: default (MLX's default device), cpu or gpu.
     #[arg(long, default_value = "default")]
     pub device: String,
@@ -90,6 +93,7 @@ pub fn run(a: Args) -> Result<i32> {
         device,
         max_rows,
         reference,
+        expert: a.expert,
         ..Options::default()
     };
     let mut report = match &a.tensor {
@@ -126,11 +130,7 @@ fn one(bundle: &format::Bundle, name: &str, opts: &Options) -> Result<Report, St
         .find(name)
         .ok_or_else(|| format!("the bundle has no tensor or alias named {name:?}"))?;
     let (device, mlx_version) = spotcheck::mlx_info(opts.device).map_err(|e| e.to_string())?;
-    let mut results = vec![spotcheck::run_tensor(bundle, index, opts).map_err(|e| e.to_string())?];
-    let target = results[0].tensor.clone();
-    if spotcheck::embedding_index(bundle) == bundle.find(&target) {
-        results.push(spotcheck::run_embedding(bundle, index, opts).map_err(|e| e.to_string())?);
-    }
+    let results = spotcheck::run_tensor(bundle, index, opts).map_err(|e| e.to_string())?;
     let passed = results.iter().filter(|r| r.pass).count();
     Ok(Report {
         device,
@@ -193,7 +193,7 @@ fn print_table(r: &Report) {
         .unwrap_or(6)
         .max(6);
     let mut head = format!(
-        "{:<width$}  {:<9} {:<8} {:>4} {:>5} {:>11}  {:>9} {:>9} {:>10} {:>8} {:>8} {:>8}",
+        "{:<width$}  {:<10} {:<8} {:>4} {:>5} {:>11}  {:>9} {:>9} {:>10} {:>8} {:>8} {:>8}",
         "tensor",
         "check",
         "prec",
@@ -240,12 +240,13 @@ fn print_table(r: &Report) {
 
 fn row(x: &SpotResult, width: usize, with_ref: bool) -> String {
     let gf = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
-    let kind = match x.kind {
-        Kind::Matmul => "matmul",
-        Kind::Embedding => "embedding",
+    let kind = match (x.kind, x.expert) {
+        (_, Some(e)) => format!("expert {e}"),
+        (Kind::Matmul, None) => "matmul".into(),
+        (Kind::Embedding, None) => "embedding".into(),
     };
     let mut s = format!(
-        "{:<width$}  {:<9} {:<8} {:>4} {:>5} {:>11}  {:>9.2e} {:>9.2e} {:>10.7} {:>8.2} {:>8} {:>8}",
+        "{:<width$}  {:<10} {:<8} {:>4} {:>5} {:>11}  {:>9.2e} {:>9.2e} {:>10.7} {:>8.2} {:>8} {:>8}",
         x.tensor,
         kind,
         x.precision,

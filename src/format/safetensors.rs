@@ -463,11 +463,14 @@ mod tests {
     #[test]
     fn violations_name_file_tensor_and_offset() {
         // Declared span 12 but shape needs 8: wrong size, and 4 bytes unreferenced.
-        let mut b = file(&[("a", "F32", &[2])], &[0u8; 12]);
-        let json_end = b.len() - 12;
-        let text = String::from_utf8(b[8..json_end].to_vec()).unwrap();
-        let text = text.replace("[0,8]", "[0,12]");
-        b[8..json_end].copy_from_slice(text.as_bytes());
+        let b = file(&[("a", "F32", &[2])], &[0u8; 12]);
+        let text = String::from_utf8(b[8..b.len() - 12].to_vec()).unwrap();
+        let text = text.trim_end().replace("[0,8]", "[0,12]");
+        assert!(text.contains("[0,12]"), "{text}");
+        let mut b = (text.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(text.as_bytes());
+        let json_end = b.len();
+        b.extend_from_slice(&[0u8; 12]);
         let f = parse_header("s.safetensors", &b).unwrap_err();
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].check, c::SHARD_OFFSETS);

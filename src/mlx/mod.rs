@@ -894,7 +894,12 @@ mod tests {
             Device::Cpu,
             Floats::F32(&[0.0; 64]),
             1,
-            &AffineWeights { bits: 5, ..w },
+            &AffineWeights {
+                bits: 5,
+                cols: 36,
+                group_size: 36,
+                ..w
+            },
         )
         .unwrap_err();
         assert!(e.to_string().contains("32-bit words"), "{e}");

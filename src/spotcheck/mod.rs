@@ -23,6 +23,7 @@
 //!
 //! The bundle is only read: its payload is mapped read-only.
 
+pub mod nvfp4;
 pub mod reference;
 pub mod repack;
 
@@ -117,6 +118,8 @@ pub struct Options {
     pub embedding_rows: usize,
     /// The unquantised checkpoint to measure quality against.
     pub reference: Option<Arc<Checkpoint>>,
+    /// Stacked NVFP4 experts: check only this expert (`None`: every expert).
+    pub expert: Option<usize>,
 }
 
 impl Default for Options {
@@ -129,6 +132,7 @@ impl Default for Options {
             max_rows: None,
             embedding_rows: DEFAULT_EMBEDDING_ROWS,
             reference: None,
+            expert: None,
         }
     }
 }
@@ -150,6 +154,12 @@ pub struct SpotResult {
     pub tensor: String,
     /// Which check.
     pub kind: Kind,
+    /// The expert checked, for stacked NVFP4 weights.
+    pub expert: Option<usize>,
+    /// The MLX operation that computed the result (`quantized_matmul`,
+    /// `dequantize` for gathers, `gather_qmm` or `dequantize+matmul` for
+    /// NVFP4 experts).
+    pub mlx_op: String,
     /// The tensor's precision.
     pub precision: String,
     /// The device MLX ran on (`cpu`/`gpu`).
@@ -294,19 +304,60 @@ pub fn mlx_info(device: Device) -> Result<(String, String), SpotError> {
     Ok((mlx::device_name(device)?, mlx::version()?))
 }
 
-/// The packed tensors [`run_all`] checks, in bundle order, with the embedding
-/// check after the matmul check of the tied embedding.
-pub fn plan(bundle: &Bundle) -> Vec<(usize, Kind)> {
-    let embed = embedding_index(bundle);
+/// One check [`run_all`] makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Planned {
+    /// The tensor.
+    pub index: usize,
+    /// Which check.
+    pub kind: Kind,
+    /// The expert, for stacked NVFP4 weights.
+    pub expert: Option<usize>,
+}
+
+/// The checks [`run_all`] makes, in bundle order: every packed tensor's
+/// matmul check, the embedding check after the tied embedding's, and for
+/// stacked NVFP4 weights one matmul check per expert (or only
+/// `opts.expert`).
+pub fn plan(bundle: &Bundle, opts: &Options) -> Vec<Planned> {
     let mut out = Vec::new();
-    for (i, t) in bundle.tensors.iter().enumerate() {
-        if t.alias_of.is_some() || t.precision.packed().is_none() {
-            continue;
-        }
-        out.push((i, Kind::Matmul));
-        if Some(i) == embed {
-            out.push((i, Kind::Embedding));
-        }
+    for i in 0..bundle.tensors.len() {
+        out.extend(plan_tensor(bundle, i, opts));
+    }
+    out
+}
+
+/// The checks of one tensor (none for an alias or a dense tensor).
+fn plan_tensor(bundle: &Bundle, i: usize, opts: &Options) -> Vec<Planned> {
+    let t = &bundle.tensors[i];
+    let one = |kind, expert| Planned {
+        index: i,
+        kind,
+        expert,
+    };
+    if t.alias_of.is_some() {
+        return Vec::new();
+    }
+    if t.precision == crate::format::Precision::Nvfp4 {
+        let experts = t
+            .layout
+            .as_ref()
+            .and_then(Layout::experts)
+            .unwrap_or(1)
+            .max(1);
+        return match opts.expert {
+            Some(e) => vec![one(Kind::Matmul, Some(e))],
+            None => (0..experts as usize)
+                .map(|e| one(Kind::Matmul, Some(e)))
+                .collect(),
+        };
+    }
+    if t.precision.packed().is_none() {
+        return Vec::new();
+    }
+    let mut out = vec![one(Kind::Matmul, None)];
+    if Some(i) == embedding_index(bundle) {
+        out.push(one(Kind::Embedding, None));
     }
     out
 }
@@ -334,13 +385,13 @@ pub fn run_all(
     let start = Instant::now();
     check_options(opts)?;
     let (device, mlx_version) = mlx_info(opts.device)?;
-    let plan = plan(bundle);
+    let plan = plan(bundle, opts);
     let mut payload = Payload::new(bundle);
     let mut results = Vec::new();
     let mut skipped = Vec::new();
     let mut cancelled = false;
-    for (done, &(index, kind)) in plan.iter().enumerate() {
-        let name = &bundle.tensors[index].name;
+    for (done, p) in plan.iter().enumerate() {
+        let name = &bundle.tensors[p.index].name;
         if cancel.load(Ordering::Relaxed) {
             cancelled = true;
             break;
@@ -350,11 +401,14 @@ pub fn run_all(
             total: plan.len(),
             tensor: name,
         });
-        match check(&mut payload, index, kind, opts, &device) {
+        match check(&mut payload, p, opts, &device) {
             Ok(r) => results.push(r),
             Err(SpotError::Mlx(e @ MlxError::NotBuilt)) => return Err(e.into()),
             Err(e) => skipped.push(Skipped {
-                tensor: name.clone(),
+                tensor: match p.expert {
+                    Some(x) => format!("{name} (expert {x})"),
+                    None => name.clone(),
+                },
                 reason: e.to_string(),
             }),
         }
@@ -380,37 +434,34 @@ pub fn run_all(
     })
 }
 
-/// The matmul spot check of tensor `index` (an alias checks its target).
-pub fn run_tensor(bundle: &Bundle, index: usize, opts: &Options) -> Result<SpotResult, SpotError> {
-    check_options(opts)?;
-    let device = mlx::device_name(opts.device)?;
-    let index = resolve(bundle, index)?;
-    check(
-        &mut Payload::new(bundle),
-        index,
-        Kind::Matmul,
-        opts,
-        &device,
-    )
-}
-
-/// The embedding check of tensor `index`: rows gathered through MLX's
-/// `dequantize` (as the seed's `embedding`) against the decoder's rows.
-pub fn run_embedding(
+/// Every check of tensor `index` (an alias checks its target): its matmul
+/// check, the embedding check for the tied embedding, one check per expert
+/// (or only `opts.expert`) for stacked NVFP4 weights. Fails on the first
+/// check that cannot run.
+pub fn run_tensor(
     bundle: &Bundle,
     index: usize,
     opts: &Options,
-) -> Result<SpotResult, SpotError> {
+) -> Result<Vec<SpotResult>, SpotError> {
     check_options(opts)?;
     let device = mlx::device_name(opts.device)?;
     let index = resolve(bundle, index)?;
-    check(
-        &mut Payload::new(bundle),
-        index,
-        Kind::Embedding,
-        opts,
-        &device,
-    )
+    let planned = plan_tensor(bundle, index, opts);
+    if planned.is_empty() {
+        let t = &bundle.tensors[index];
+        return Err(SpotError::Tensor {
+            tensor: t.name.clone(),
+            reason: format!(
+                "precision {} is stored as is; only packed tensors (q3, q3_full8, q4, nvfp4) have a matmul to check",
+                t.precision.as_str()
+            ),
+        });
+    }
+    let mut payload = Payload::new(bundle);
+    planned
+        .iter()
+        .map(|p| check(&mut payload, p, opts, &device))
+        .collect()
 }
 
 fn check_options(opts: &Options) -> Result<(), SpotError> {
@@ -635,18 +686,20 @@ pub fn random_x(
 
 fn check(
     payload: &mut Payload<'_>,
-    index: usize,
-    kind: Kind,
+    p: &Planned,
     opts: &Options,
     device: &str,
 ) -> Result<SpotResult, SpotError> {
-    let t = &payload.bundle.tensors[index];
+    if let Some(e) = p.expert {
+        return nvfp4::check_expert(payload, p.index, e, opts, device);
+    }
+    let t = &payload.bundle.tensors[p.index];
     let g = gather(payload, t, opts)?;
     let words = repack::words(g.kind, g.cols, &g.codes).map_err(|e| SpotError::Tensor {
         tensor: t.name.clone(),
         reason: e.to_string(),
     })?;
-    match kind {
+    match p.kind {
         Kind::Matmul => matmul_check(t, &g, &words, opts, device),
         Kind::Embedding => embedding_check(t, &g, &words, opts, device),
     }
@@ -662,6 +715,12 @@ fn base_result(
     SpotResult {
         tensor: t.name.clone(),
         kind,
+        expert: None,
+        mlx_op: match kind {
+            Kind::Matmul => "quantized_matmul",
+            Kind::Embedding => "dequantize",
+        }
+        .to_string(),
         precision: g.kind.precision().as_str().to_string(),
         device: device.to_string(),
         dtype: opts.dtype,

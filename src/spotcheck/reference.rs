@@ -51,6 +51,19 @@ pub fn matmul(
     Ok(transpose(&out_rows, rows, batch))
 }
 
+/// `y = x · Wᵀ` in f64 for a decoded `W` (`[rows, cols]` f32); `x` is
+/// `[batch, cols]`. Returns `[batch, rows]`.
+pub fn dense_matmul(w: &[f32], cols: usize, x: &[f64], batch: usize) -> Vec<f64> {
+    let rows = w.len() / cols.max(1);
+    let xt = transpose(x, batch, cols);
+    let mut out_rows = vec![0f64; rows * batch];
+    out_rows
+        .par_chunks_mut(batch)
+        .zip(w.par_chunks(cols))
+        .for_each(|(o, wr)| dot_rows(&xt, batch, wr.iter().map(|&v| f64::from(v)), o));
+    transpose(&out_rows, rows, batch)
+}
+
 /// `acc[b] = Σ_j xt[j][b] · w[j]`.
 #[inline]
 fn dot_rows(xt: &[f64], batch: usize, w: impl Iterator<Item = f64>, acc: &mut [f64]) {
@@ -125,13 +138,15 @@ fn ratio(a: f64, b: f64) -> f64 {
 /// heavy-tailed weights stays within, per precision; above either bound the
 /// bundle does not encode its source (codes moved, a scale changed).
 ///
-/// Derived from `bundlescope sample` bundles (seeds 1..=8, the default size
-/// and `--size-mib 512`, every row, random x with batch 8): the largest
-/// values seen were, for `output_rel_err`, q3 0.21, q3_full8 0.21, q4 0.088;
-/// for the worst 64-column group's weight error, q3 0.67, q3_full8 0.62,
-/// q4 0.27. The bounds leave about 1.5× headroom for the tensor-level error
-/// (whose spread across seeds is small) and sit below the ≈ 1.0 a doubled
-/// scale gives its group and the ≈ 1.4 of codes permuted within a row.
+/// Derived from `bundlescope sample` bundles (seeds 1..=6 at the default
+/// size and seed 9 at `--size-mib 256`, 4096 rows per tensor, random x with
+/// batch 8, `bundlescope spotcheck --reference --json`): the largest values
+/// seen were, for `output_rel_err`, q3 0.36, q3_full8 0.31, q4 0.17; for
+/// the worst 64-column group's weight error, q3 0.61, q3_full8 0.55, q4
+/// 0.33. The tensor-level bounds leave about 1.25× headroom, the group
+/// bounds more (the worst group grows with the rows checked), and all sit
+/// below the ≈ 1.0 a doubled scale gives its group and the ≈ 1.4 of codes
+/// permuted within a row.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Thresholds {
     /// Bound on `output_rel_err`.
@@ -144,13 +159,17 @@ impl Thresholds {
     /// The bounds for one precision.
     pub fn for_kind(kind: PackedKind) -> Self {
         match kind {
-            PackedKind::Q3 | PackedKind::Q3Full8 => Self {
-                output_rel_err: 0.32,
+            PackedKind::Q3 => Self {
+                output_rel_err: 0.45,
                 group_rel_err: 0.85,
             },
+            PackedKind::Q3Full8 => Self {
+                output_rel_err: 0.40,
+                group_rel_err: 0.80,
+            },
             PackedKind::Q4 => Self {
-                output_rel_err: 0.14,
-                group_rel_err: 0.45,
+                output_rel_err: 0.22,
+                group_rel_err: 0.55,
             },
         }
     }
