@@ -19,9 +19,13 @@ for size in 16 32 128 256 512; do
   sips -z $((size * 2)) $((size * 2)) assets/icon.png --out "$iconset/icon_${size}x${size}@2x.png" >/dev/null
 done
 iconutil -c icns "$iconset" -o "$app/Contents/Resources/bundlescope.icns"
-# MLX (added by the spot-check feature): copy the library the build linked.
-if [ -n "${MLX_LIB_DIR:-}" ]; then
-  cp "$MLX_LIB_DIR"/libmlx.dylib "$app/Contents/MacOS/"
-  [ -f "$MLX_LIB_DIR"/mlx.metallib ] && cp "$MLX_LIB_DIR"/mlx.metallib "$app/Contents/MacOS/"
+# MLX (the spot checks): the library the build linked, from MLX_LIB_DIR or
+# the project-local install that scripts/install-mlx.sh makes. The Metal
+# kernels (mlx.metallib) must sit beside the dylib.
+mlx_lib=${MLX_LIB_DIR:-.pydeps/mlx/lib}
+if otool -L target/release/bundlescope | grep -q libmlx; then
+  [ -f "$mlx_lib/libmlx.dylib" ] || { echo "no libmlx.dylib in $mlx_lib; set MLX_LIB_DIR" >&2; exit 1; }
+  cp "$mlx_lib/libmlx.dylib" "$app/Contents/MacOS/"
+  [ -f "$mlx_lib/mlx.metallib" ] && cp "$mlx_lib/mlx.metallib" "$app/Contents/MacOS/"
 fi
 echo "wrote $app"

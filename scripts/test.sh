@@ -4,13 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Python with MLX (CPU) and numpy, project-local: the seed loader and MLX
-# cross-checks run on it.
-if ! PYTHONPATH=.pydeps python3 -c "import mlx.core, numpy" 2>/dev/null; then
-  echo "== installing mlx-cpu 0.32.4 and numpy into .pydeps"
-  rm -rf .pydeps
-  python3 -m pip install --quiet --disable-pip-version-check --target .pydeps "mlx[cpu]==0.32.4" numpy
-fi
+# MLX (library, headers, Python package) and numpy, project-local: the
+# build links MLX for the spot checks; the seed loader and the MLX
+# cross-checks run on the Python side.
+./scripts/install-mlx.sh
 
 # Snapshot tests render the real app on a CPU adapter: Mesa's lavapipe
 # (Vulkan) on Linux. macOS renders through Metal and needs nothing.
