@@ -66,7 +66,7 @@ impl Artifact {
         let mut header: Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
         f(&mut header);
         let mut json = serde_json::to_vec(&header).unwrap();
-        while json.len() % 8 != 0 {
+        while !json.len().is_multiple_of(8) {
             json.push(b' ');
         }
         let mut out = (json.len() as u64).to_le_bytes().to_vec();

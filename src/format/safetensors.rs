@@ -399,7 +399,7 @@ pub fn header_bytes(entries: &[(&str, &str, &[u64])], metadata: &[(&str, &str)])
         offset += n;
     }
     let mut json = serde_json::to_vec(&Value::Object(map)).unwrap_or_default();
-    while json.len() % 8 != 0 {
+    while !json.len().is_multiple_of(8) {
         json.push(b' ');
     }
     let mut out = (json.len() as u64).to_le_bytes().to_vec();

@@ -2,6 +2,7 @@
 //! slices with their shapes and come back as owned vectors; every MLX
 //! exception comes back as an `Err`. Only [`super`] calls these.
 
+#[allow(clippy::too_many_arguments)]
 #[cxx::bridge(namespace = "bundlescope_mlx")]
 pub(super) mod ffi {
     /// One array handed to MLX. `dtype` is one of the `DTYPE_*` codes of

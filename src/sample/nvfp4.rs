@@ -181,7 +181,11 @@ fn layer(rng: &mut Rng, i: u64, o: &Nvfp4Options, random: bool) -> Vec<Tensor> {
 
 /// Writes the artifact; returns (tensors, shard bytes).
 pub fn write(dir: &Path, o: &Nvfp4Options) -> Result<(usize, u64)> {
-    if o.hidden % 16 != 0 || o.intermediate % 16 != 0 || o.hidden == 0 || o.intermediate == 0 {
+    if !o.hidden.is_multiple_of(16)
+        || !o.intermediate.is_multiple_of(16)
+        || o.hidden == 0
+        || o.intermediate == 0
+    {
         bail!("hidden and intermediate sizes must be positive multiples of 16");
     }
     if o.layers == 0 || o.experts == 0 {
@@ -202,7 +206,7 @@ pub fn write(dir: &Path, o: &Nvfp4Options) -> Result<(usize, u64)> {
     let layers = o.layers + extra_layers;
     // About one shard per layer for small artifacts, at least 4 shards for big ones.
     let shards = if o.size_mib.is_some() {
-        (layers as usize).clamp(1, 4.max((layers * per_layer >> 30) as usize))
+        (layers as usize).clamp(1, 4.max(((layers * per_layer) >> 30) as usize))
     } else {
         (layers as usize).min(4)
     };

@@ -654,7 +654,7 @@ pub fn sample_rows(seed: u64, name: &str, n: usize, k: usize) -> Vec<u64> {
         return (0..n as u64).collect();
     }
     // Floyd's algorithm: k draws, no O(n) table.
-    let mut rng = Rng::new(seed ^ name_hash(name) ^ 0x5eed_0f_7265_7773);
+    let mut rng = Rng::new(seed ^ name_hash(name) ^ 0x005e_ed0f_7265_7773);
     let mut chosen = HashSet::with_capacity(k);
     for j in (n - k)..n {
         let t = (rng.next_u64() % (j as u64 + 1)) as usize;

@@ -110,7 +110,7 @@ pub fn parse(
             );
         }
     }
-    tensors.sort_by(|a, b| natural_key(&a.name).cmp(&natural_key(&b.name)));
+    tensors.sort_by_key(|a| natural_key(&a.name));
     let provenance = Provenance {
         format: Some(format!("mlx-nvfp4 ({LAYOUT})")),
         source_revision: None,
@@ -467,7 +467,7 @@ fn expert_sets(tensors: &mut [TensorInfo], findings: &mut Vec<Finding>) {
             }
             let shape = |i: usize| tensors[i].shape.clone().unwrap_or_default();
             let (ws, ss, gs) = (shape(w), shape(s), shape(g));
-            if ws.len() != 3 || ws.iter().any(|&d| d == 0) {
+            if ws.len() != 3 || ws.contains(&0) {
                 findings.push(bad(
                     w,
                     format!(
