@@ -66,6 +66,10 @@ pub fn detail_ui(app: &mut App, ui: &mut egui::Ui) {
             ui.label(RichText::new(at.join(", ")).weak());
         }
     }
+    super::spotcheck::detail_section_ui(ui, &mut app.spot, b, i, &mut app.commands);
+    if super::nvfp4::is_member(b, i) {
+        super::nvfp4::panel_ui(ui, &mut app.nvfp4, s, i, &mut app.commands);
+    }
     if let Some(stats) = s.model.stats.get(i).and_then(Option::as_ref) {
         ui.add_space(6.0);
         super::histograms::stats_ui(ui, &format!("t{i}"), stats);

@@ -6,9 +6,11 @@
 mod cache;
 mod detail;
 mod histograms;
+mod nvfp4;
 mod provenance;
 mod quality;
 mod session;
+mod spotcheck;
 mod stream;
 mod tensors;
 mod welcome;
@@ -23,8 +25,10 @@ use egui::{Color32, Key, KeyboardShortcut, Modifiers, RichText};
 use crate::audit::{self, Event, Failure};
 
 pub use cache::AuditCache;
+pub use nvfp4::{ExpertSort, HeatStat, Nvfp4View};
 pub use quality::{QualitySort, quality_rows};
 pub use session::{LogRow, RowStatus, Session};
+pub use spotcheck::{JobKind, SpotView};
 pub use tensors::SortColumn;
 
 /// How long one frame may spend applying audit events.
@@ -53,6 +57,12 @@ pub enum Command {
     Select(Option<usize>),
     /// Copy the selected tensor's name.
     CopySelectedName,
+    /// Spot-check this tensor on MLX, or every packed tensor (`None`).
+    SpotCheck(Option<usize>),
+    /// Show the folder picker for the reference checkpoint.
+    PickReference,
+    /// Open this folder as the reference checkpoint.
+    SetReference(PathBuf),
 }
 
 /// The filter and sort of the tensor table.
@@ -86,6 +96,8 @@ pub enum CentralTab {
     Tensors,
     /// Packed tensors by quality statistics.
     Quality,
+    /// MLX spot checks of every tensor.
+    SpotChecks,
 }
 
 /// Which tab the right-hand panel shows.
@@ -130,13 +142,25 @@ pub struct App {
     pub commands: Vec<Command>,
     /// Where finished audits are remembered.
     pub cache: Option<AuditCache>,
+    /// The NVFP4 expert panel's picker, map and counts.
+    pub nvfp4: Nvfp4View,
+    /// MLX spot checks of the open bundle.
+    pub spot: SpotView,
     dialog: Option<Receiver<DialogResult>>,
     ctx: Option<egui::Context>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum DialogKind {
+    Open,
+    Save,
+    Reference,
 }
 
 enum DialogResult {
     Open(Option<PathBuf>),
     Save(Option<PathBuf>),
+    Reference(Option<PathBuf>),
 }
 
 impl App {
@@ -159,6 +183,8 @@ impl App {
             notice: None,
             commands: Vec::new(),
             cache,
+            nvfp4: Nvfp4View::default(),
+            spot: SpotView::default(),
             dialog: None,
             ctx: None,
         }
@@ -176,6 +202,7 @@ impl App {
         self.rows_key = None;
         self.notice = None;
         self.side = SideTab::Summary;
+        self.spot.reset();
         self.remember(&path);
         let mut session = Session::new(path.clone());
         if use_cache
@@ -284,8 +311,8 @@ impl App {
                             Some((format!("could not write the demo bundle: {e:#}"), true))
                     }
                 },
-                Command::OpenDialog => self.start_dialog(true),
-                Command::SaveReportDialog => self.start_dialog(false),
+                Command::OpenDialog => self.start_dialog_kind(DialogKind::Open),
+                Command::SaveReportDialog => self.start_dialog_kind(DialogKind::Save),
                 Command::Reverify => {
                     if let Some(s) = &self.session {
                         let p = s.path.clone();
@@ -303,6 +330,27 @@ impl App {
                     if let (Some(name), Some(ctx)) = (self.selected_name(), &self.ctx) {
                         ctx.copy_text(name);
                     }
+                }
+                Command::SpotCheck(which) => {
+                    let Some(bundle) = self.session.as_ref().and_then(|s| s.model.bundle.clone())
+                    else {
+                        continue;
+                    };
+                    match which {
+                        Some(i) if spotcheck::checkable(&bundle, i) => {
+                            self.spot.run_tensor(bundle, i, self.ctx.clone())
+                        }
+                        Some(_) => {}
+                        None => {
+                            self.central = CentralTab::SpotChecks;
+                            self.spot.run_all(bundle, self.ctx.clone());
+                        }
+                    }
+                }
+                Command::PickReference => self.start_dialog_kind(DialogKind::Reference),
+                Command::SetReference(dir) => {
+                    self.spot.open_reference(dir, self.ctx.clone());
+                    self.central = CentralTab::SpotChecks;
                 }
             }
         }
@@ -336,7 +384,7 @@ impl App {
         });
     }
 
-    fn start_dialog(&mut self, open: bool) {
+    fn start_dialog_kind(&mut self, kind: DialogKind) {
         if self.dialog.is_some() {
             return;
         }
@@ -345,19 +393,23 @@ impl App {
         let spawned = std::thread::Builder::new()
             .name("bundlescope-dialog".into())
             .spawn(move || {
-                let result = if open {
-                    DialogResult::Open(
+                let result = match kind {
+                    DialogKind::Open => DialogResult::Open(
                         rfd::FileDialog::new()
                             .set_title("Open bundle folder")
                             .pick_folder(),
-                    )
-                } else {
-                    DialogResult::Save(
+                    ),
+                    DialogKind::Save => DialogResult::Save(
                         rfd::FileDialog::new()
                             .set_title("Save report")
                             .set_file_name("bundlescope-report.json")
                             .save_file(),
-                    )
+                    ),
+                    DialogKind::Reference => DialogResult::Reference(
+                        rfd::FileDialog::new()
+                            .set_title("Choose the reference checkpoint folder")
+                            .pick_folder(),
+                    ),
                 };
                 let _ = tx.send(result);
                 if let Some(c) = ctx {
@@ -377,7 +429,8 @@ impl App {
         match result {
             DialogResult::Open(Some(p)) => self.commands.push(Command::Open(p)),
             DialogResult::Save(Some(p)) => self.commands.push(Command::SaveReport(p)),
-            DialogResult::Open(None) | DialogResult::Save(None) => {
+            DialogResult::Reference(Some(p)) => self.commands.push(Command::SetReference(p)),
+            DialogResult::Open(None) | DialogResult::Save(None) | DialogResult::Reference(None) => {
                 if cfg!(target_os = "linux") {
                     self.notice = Some((
                         "No folder chosen. If no dialog appeared, no xdg-desktop-portal answered: drop the folder on the window, or run `bundlescope DIR`.".into(),
@@ -419,6 +472,13 @@ impl App {
             }
             if i.consume_shortcut(&cmd(Key::S)) {
                 self.commands.push(Command::SaveReportDialog);
+            }
+            // Shift+Cmd+K first: consume_shortcut ignores extra modifiers.
+            if i.consume_shortcut(&spotcheck::run_all_shortcut()) {
+                self.commands.push(Command::SpotCheck(None));
+            }
+            if i.consume_shortcut(&spotcheck::run_shortcut()) && self.selected.is_some() {
+                self.commands.push(Command::SpotCheck(self.selected));
             }
             if !filter_has_focus {
                 // Copy arrives as an event (the platform turns Cmd/Ctrl+C into it).
@@ -482,6 +542,7 @@ impl App {
             self.ctx = Some(ui.ctx().clone());
         }
         self.drain_events(DRAIN_BUDGET);
+        self.spot.poll();
         self.poll_dialog();
         self.refresh_rows();
         self.shortcuts(&ui.ctx().clone());
@@ -522,6 +583,7 @@ impl App {
                 ui.horizontal(|ui| {
                     ui.selectable_value(&mut self.central, CentralTab::Tensors, "Tensors");
                     ui.selectable_value(&mut self.central, CentralTab::Quality, "Quality");
+                    ui.selectable_value(&mut self.central, CentralTab::SpotChecks, "Spot checks");
                 });
                 let focus = std::mem::take(&mut self.focus_filter);
                 if focus {
@@ -531,13 +593,14 @@ impl App {
                 match self.central {
                     CentralTab::Tensors => tensors::table_ui(self, ui, focus, scroll),
                     CentralTab::Quality => quality::quality_ui(self, ui),
+                    CentralTab::SpotChecks => spotcheck::central_ui(self, ui),
                 }
             });
         } else {
             egui::CentralPanel::default().show(ui, |ui| welcome::welcome_ui(self, ui));
         }
         self.handle_commands();
-        if self.session.as_ref().is_some_and(Session::running) {
+        if self.session.as_ref().is_some_and(Session::running) || self.spot.running() {
             // The worker wakes us on each event; this only keeps ETA text fresh.
             ui.ctx().request_repaint_after(Duration::from_millis(250));
         }

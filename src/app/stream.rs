@@ -40,6 +40,8 @@ pub fn stream_ui(app: &mut App, ui: &mut egui::Ui) {
             ui.checkbox(&mut app.errors_only, "errors only");
         });
     });
+    super::spotcheck::stream_line_ui(&app.spot, ui);
+    let Some(s) = &app.session else { return };
     for (i, f) in s.model.files.iter().enumerate() {
         let (done, total, rate) = s.model.progress.get(i).copied().unwrap_or((0, 0, 0.0));
         let (done, total) = match (f.sha256.as_ref(), f.bytes) {

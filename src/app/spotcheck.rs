@@ -1,0 +1,700 @@
+//! MLX spot checks in the window: the selected tensor's ("Run on MLX") in
+//! the detail panel, every tensor's ("Spot-check all") in the central
+//! "Spot checks" tab, ranked worst first against an optional reference
+//! checkpoint. Checks run on one worker thread; the panels only read what
+//! it reports, and the stream panel shows its progress with a Cancel.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+
+use egui::{Color32, RichText};
+use egui_extras::{Column, TableBuilder};
+
+use super::App;
+use crate::format::{Bundle, Precision};
+use crate::mlx;
+use crate::spotcheck::{self, Checkpoint, DEFAULT_MAX_ROWS, Options, Report, SpotResult, XDtype};
+
+/// What the worker is doing.
+#[derive(Debug, Clone, Default)]
+pub struct SpotProgress {
+    /// Checks finished.
+    pub done: usize,
+    /// Checks in all.
+    pub total: usize,
+    /// The tensor being checked.
+    pub tensor: String,
+}
+
+/// Which job a worker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    /// One tensor's checks.
+    Tensor(usize),
+    /// Every packed tensor.
+    All,
+    /// Opening a reference checkpoint.
+    Reference,
+}
+
+enum Done {
+    Tensor(usize, Result<Vec<SpotResult>, String>),
+    All(Result<Report, String>),
+    Reference(PathBuf, Result<Checkpoint, String>),
+}
+
+/// A running job.
+pub struct Job {
+    /// What it is.
+    pub kind: JobKind,
+    /// Its progress (for "Spot-check all").
+    pub progress: Arc<Mutex<SpotProgress>>,
+    cancel: Arc<AtomicBool>,
+    rx: Receiver<Done>,
+}
+
+/// The spot-check state of the open bundle.
+#[derive(Default)]
+pub struct SpotView {
+    /// dtype of `x`.
+    pub dtype: XDtype,
+    /// Rows of `x`.
+    pub batch: usize,
+    /// The running job.
+    pub job: Option<Job>,
+    /// Results of "Run on MLX", per tensor index.
+    pub by_tensor: Vec<(usize, Vec<SpotResult>)>,
+    /// The last "Spot-check all".
+    pub all: Option<Report>,
+    /// The reference checkpoint, once opened.
+    pub reference: Option<Arc<Checkpoint>>,
+    /// The last error (MLX missing, a bad reference…).
+    pub error: Option<String>,
+}
+
+impl SpotView {
+    /// Forgets everything about the previous bundle (and stops its job).
+    pub fn reset(&mut self) {
+        self.cancel();
+        self.job = None;
+        self.by_tensor.clear();
+        self.all = None;
+        self.error = None;
+    }
+
+    /// Is a job running?
+    pub fn running(&self) -> bool {
+        self.job.is_some()
+    }
+
+    /// Asks the running job to stop after its current check.
+    pub fn cancel(&self) {
+        if let Some(j) = &self.job {
+            j.cancel.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The results of "Run on MLX" for tensor `i`.
+    pub fn results_of(&self, i: usize) -> Option<&[SpotResult]> {
+        self.by_tensor
+            .iter()
+            .find(|(t, _)| *t == i)
+            .map(|(_, r)| r.as_slice())
+    }
+
+    fn options(&self, max_rows: Option<usize>) -> Options {
+        Options {
+            batch: if self.batch == 0 { 8 } else { self.batch },
+            dtype: self.dtype,
+            max_rows,
+            reference: self.reference.clone(),
+            ..Options::default()
+        }
+    }
+
+    fn spawn(
+        &mut self,
+        kind: JobKind,
+        wake: Option<egui::Context>,
+        work: impl FnOnce(&AtomicBool, &Mutex<SpotProgress>) -> Done + Send + 'static,
+    ) {
+        if self.job.is_some() {
+            return;
+        }
+        let (tx, rx) = channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Mutex::new(SpotProgress::default()));
+        let (c, p) = (cancel.clone(), progress.clone());
+        let spawned = std::thread::Builder::new()
+            .name("bundlescope-spotcheck".into())
+            .spawn(move || {
+                let done = work(&c, &p);
+                let _ = tx.send(done);
+                if let Some(ctx) = wake {
+                    ctx.request_repaint();
+                }
+            });
+        match spawned {
+            Ok(_) => {
+                self.error = None;
+                self.job = Some(Job {
+                    kind,
+                    progress,
+                    cancel,
+                    rx,
+                })
+            }
+            Err(e) => self.error = Some(format!("could not start the spot check: {e}")),
+        }
+    }
+
+    /// Starts the checks of tensor `index` (every row, every expert).
+    pub fn run_tensor(&mut self, bundle: Arc<Bundle>, index: usize, wake: Option<egui::Context>) {
+        let opts = self.options(None);
+        self.spawn(JobKind::Tensor(index), wake, move |_, _| {
+            Done::Tensor(
+                index,
+                spotcheck::run_tensor(&bundle, index, &opts).map_err(|e| e.to_string()),
+            )
+        });
+    }
+
+    /// Starts "Spot-check all" (at most [`DEFAULT_MAX_ROWS`] rows a tensor).
+    pub fn run_all(&mut self, bundle: Arc<Bundle>, wake: Option<egui::Context>) {
+        let opts = self.options(Some(DEFAULT_MAX_ROWS));
+        let repaint = wake.clone();
+        self.spawn(JobKind::All, wake, move |cancel, progress| {
+            let report = spotcheck::run_all(
+                &bundle,
+                &opts,
+                |p| {
+                    if let Ok(mut g) = progress.lock() {
+                        *g = SpotProgress {
+                            done: p.done,
+                            total: p.total,
+                            tensor: p.tensor.to_string(),
+                        };
+                    }
+                    if let Some(ctx) = &repaint {
+                        ctx.request_repaint();
+                    }
+                },
+                cancel,
+            );
+            Done::All(
+                report
+                    .map(|mut r| {
+                        r.rank_worst_first();
+                        r
+                    })
+                    .map_err(|e| e.to_string()),
+            )
+        });
+    }
+
+    /// Opens the reference checkpoint at `dir` (its headers only).
+    pub fn open_reference(&mut self, dir: PathBuf, wake: Option<egui::Context>) {
+        self.spawn(JobKind::Reference, wake, move |_, _| {
+            let r = Checkpoint::open(&dir).map_err(|e| e.to_string());
+            Done::Reference(dir, r)
+        });
+    }
+
+    /// Takes the finished job's result, if any.
+    pub fn poll(&mut self) {
+        let Some(job) = &self.job else { return };
+        let Ok(done) = job.rx.try_recv() else {
+            return;
+        };
+        self.job = None;
+        match done {
+            Done::Tensor(i, Ok(r)) => {
+                self.by_tensor.retain(|(t, _)| *t != i);
+                self.by_tensor.push((i, r));
+            }
+            Done::All(Ok(r)) => self.all = Some(r),
+            Done::Reference(_, Ok(c)) => {
+                self.reference = Some(Arc::new(c));
+                // Old results were measured without (or against another) reference.
+                self.by_tensor.clear();
+                self.all = None;
+            }
+            Done::Tensor(_, Err(e)) | Done::All(Err(e)) => self.error = Some(e),
+            Done::Reference(dir, Err(e)) => {
+                self.error = Some(format!("reference {}: {e}", dir.display()))
+            }
+        }
+    }
+
+    /// Blocks until the running job finishes (tests).
+    pub fn wait(&mut self, timeout: std::time::Duration) -> bool {
+        let end = std::time::Instant::now() + timeout;
+        while self.job.is_some() {
+            if std::time::Instant::now() > end {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            self.poll();
+        }
+        true
+    }
+}
+
+/// Does tensor `t` have a matmul to check?
+pub fn checkable(b: &Bundle, i: usize) -> bool {
+    let Some(t) = b.tensors.get(i) else {
+        return false;
+    };
+    let t = match &t.alias_of {
+        Some(a) => match b.find(a) {
+            Some(j) => &b.tensors[j],
+            None => return false,
+        },
+        None => t,
+    };
+    t.precision.packed().is_some() || t.precision == Precision::Nvfp4
+}
+
+fn not_built_ui(ui: &mut egui::Ui) {
+    ui.label(
+        RichText::new("This bundlescope was built without MLX, so it cannot run spot checks.")
+            .color(ui.visuals().warn_fg_color),
+    );
+    ui.label(
+        RichText::new(format!(
+            "Install MLX ({}) and rebuild with `cargo build --release --features mlx`.",
+            mlx::INSTALL_HINT
+        ))
+        .weak(),
+    );
+}
+
+fn settings_ui(v: &mut SpotView, ui: &mut egui::Ui) {
+    ui.horizontal(|ui| {
+        ui.label("x");
+        egui::ComboBox::from_id_salt("spot-dtype")
+            .selected_text(v.dtype.as_str())
+            .width(60.0)
+            .show_ui(ui, |ui| {
+                ui.selectable_value(&mut v.dtype, XDtype::F32, "f32");
+                ui.selectable_value(&mut v.dtype, XDtype::Bf16, "bf16");
+            })
+            .response
+            .on_hover_text("dtype of the random input x: f32 (tolerance 1e-5) or bf16 (1e-2; more on MLX's CPU, which accumulates bf16 in bf16)");
+        if v.batch == 0 {
+            v.batch = 8;
+        }
+        ui.label("batch");
+        ui.add(egui::DragValue::new(&mut v.batch).range(1..=4096))
+            .on_hover_text("Rows of x");
+    });
+}
+
+/// The detail panel's spot-check section for tensor `i`.
+pub fn detail_section_ui(
+    ui: &mut egui::Ui,
+    spot: &mut SpotView,
+    bundle: &Bundle,
+    i: usize,
+    commands: &mut Vec<super::Command>,
+) {
+    if !checkable(bundle, i) {
+        return;
+    }
+    ui.add_space(6.0);
+    ui.label(RichText::new("Spot check on MLX").strong()).on_hover_text(
+        "MLX computes x·Wᵀ from the packed bytes, fed as the reference loader feeds them; bundlescope's own decoder computes it in f64. They must agree.",
+    );
+    if !mlx::available() {
+        not_built_ui(ui);
+        return;
+    }
+    settings_ui(spot, ui);
+    let running = spot.running();
+    ui.horizontal(|ui| {
+        let run = ui
+            .add_enabled(!running, egui::Button::new("Run on MLX"))
+            .on_hover_text(format!(
+                "Spot-check this tensor, every row ({})",
+                ui.ctx().format_shortcut(&run_shortcut())
+            ));
+        if run.clicked() {
+            commands.push(super::Command::SpotCheck(Some(i)));
+        }
+        if matches!(spot.job.as_ref().map(|j| j.kind), Some(JobKind::Tensor(t)) if t == i) {
+            ui.spinner();
+            ui.label("running…");
+        }
+    });
+    if let Some(e) = &spot.error {
+        ui.label(RichText::new(e).color(ui.visuals().error_fg_color));
+    }
+    let target = bundle.tensors[i]
+        .alias_of
+        .as_ref()
+        .and_then(|a| bundle.find(a))
+        .unwrap_or(i);
+    let results = spot.results_of(i).or_else(|| spot.results_of(target));
+    if let Some(results) = results {
+        if let Some(r) = results.first() {
+            ui.label(
+                RichText::new(format!(
+                    "on {} · {} x · batch {} · {} of {} rows",
+                    r.device,
+                    r.dtype.as_str(),
+                    r.batch,
+                    r.rows_checked,
+                    r.shape[0]
+                ))
+                .weak(),
+            );
+        }
+        results_table_ui(ui, &format!("spot-t{i}"), results, None);
+    }
+}
+
+/// The shortcut of "Run on MLX".
+pub fn run_shortcut() -> egui::KeyboardShortcut {
+    egui::KeyboardShortcut::new(egui::Modifiers::COMMAND, egui::Key::K)
+}
+
+/// The shortcut of "Spot-check all".
+pub fn run_all_shortcut() -> egui::KeyboardShortcut {
+    egui::KeyboardShortcut::new(
+        egui::Modifiers::COMMAND | egui::Modifiers::SHIFT,
+        egui::Key::K,
+    )
+}
+
+fn pass_text(ui: &egui::Ui, pass: bool) -> RichText {
+    if pass {
+        RichText::new("✔ pass").color(Color32::from_rgb(0x2e, 0x9e, 0x4e))
+    } else {
+        RichText::new("✖ FAIL").color(ui.visuals().error_fg_color)
+    }
+}
+
+fn check_label(r: &SpotResult) -> String {
+    match (r.expert, r.kind) {
+        (Some(e), _) => format!("expert {e}"),
+        (None, spotcheck::Kind::Matmul) => "matmul".into(),
+        (None, spotcheck::Kind::Embedding) => "embedding".into(),
+    }
+}
+
+/// The longest dotted prefix every name shares (shown once, above the table).
+fn common_prefix(results: &[SpotResult]) -> String {
+    let Some(first) = results.first() else {
+        return String::new();
+    };
+    let mut prefix = first.tensor.as_str();
+    for r in &results[1..] {
+        while !r.tensor.starts_with(prefix) {
+            prefix = match prefix[..prefix.len().saturating_sub(1)].rfind('.') {
+                Some(k) => &prefix[..=k],
+                None => "",
+            };
+        }
+    }
+    match prefix.rfind('.') {
+        Some(k) if results.len() > 1 => prefix[..=k].to_string(),
+        _ => String::new(),
+    }
+}
+
+/// One row per result. `names`: the central table, with the tensor column
+/// (click selects the tensor); otherwise the detail panel's compact table.
+fn results_table_ui(
+    ui: &mut egui::Ui,
+    id: &str,
+    results: &[SpotResult],
+    mut names: Option<(&Bundle, &mut Vec<super::Command>)>,
+) {
+    let with_ref = results.iter().any(|r| r.reference.is_some());
+    let full = names.is_some();
+    let prefix = if full {
+        common_prefix(results)
+    } else {
+        String::new()
+    };
+    if !prefix.is_empty() {
+        ui.label(RichText::new(format!("tensors under {prefix}")).weak());
+    }
+    let row_h = 18.0;
+    let mut headers: Vec<(&str, &str)> = Vec::new();
+    if full {
+        headers.push(("tensor", "Click a name to select the tensor"));
+    }
+    headers.push(("check", "matmul, embedding gather, or one NVFP4 expert"));
+    if full {
+        headers.push(("device", "Where MLX ran"));
+    }
+    headers.push((
+        "rel err",
+        "‖y_mlx − y_ref‖ / ‖y_ref‖ against the f64 decoder",
+    ));
+    if full {
+        headers.push(("cosine", "cosine of y_mlx and y_ref"));
+    }
+    headers.push(("ms", "MLX wall time"));
+    headers.push(("GFLOP/s", "MLX throughput (2·batch·rows·cols / time)"));
+    if with_ref {
+        headers.push((
+            "out err",
+            "‖x(Wq−W)ᵀ‖ / ‖xWᵀ‖ against the reference checkpoint",
+        ));
+        if full {
+            headers.push(("w err", "‖Wq − W‖ / ‖W‖"));
+        }
+        headers.push(("SNR dB", "10·log10(‖W‖² / ‖Wq − W‖²)"));
+    }
+    headers.push((
+        "result",
+        "pass: MLX agrees with the decoder (and the source, where measured)",
+    ));
+    let mut select = None;
+    ui.push_id(id, |ui| {
+        let mut t = TableBuilder::new(ui)
+            .striped(true)
+            .resizable(true)
+            .max_scroll_height(if full { f32::INFINITY } else { 260.0 })
+            .cell_layout(egui::Layout::left_to_right(egui::Align::Center));
+        for (k, _) in headers.iter().enumerate() {
+            t = t.column(if k == 0 && full {
+                Column::initial(310.0).at_least(80.0).clip(true)
+            } else if k + 1 == headers.len() {
+                Column::remainder().at_least(50.0)
+            } else {
+                Column::auto()
+            });
+        }
+        t.header(row_h, |mut h| {
+            for (name, hover) in &headers {
+                h.col(|ui| {
+                    ui.strong(*name).on_hover_text(*hover);
+                });
+            }
+        })
+        .body(|body| {
+            body.rows(row_h, results.len(), |mut row| {
+                let r = &results[row.index()];
+                if full {
+                    row.col(|ui| {
+                        let short = r.tensor.strip_prefix(prefix.as_str()).unwrap_or(&r.tensor);
+                        let l = ui
+                            .add(
+                                egui::Label::new(RichText::new(short).monospace())
+                                    .truncate()
+                                    .sense(egui::Sense::click()),
+                            )
+                            .on_hover_text(&r.tensor);
+                        if l.clicked() {
+                            select = Some(r.tensor.clone());
+                        }
+                    });
+                }
+                row.col(|ui| {
+                    ui.label(check_label(r)).on_hover_text(format!(
+                        "{} · {} x · batch {} · rows {}/{} · MLX {} on {}",
+                        r.precision,
+                        r.dtype.as_str(),
+                        r.batch,
+                        r.rows_checked,
+                        r.shape[0],
+                        r.mlx_op,
+                        r.device
+                    ));
+                });
+                if full {
+                    row.col(|ui| {
+                        ui.label(&r.device);
+                    });
+                }
+                row.col(|ui| {
+                    ui.monospace(format!("{:.2e}", r.rel_err))
+                        .on_hover_text(format!(
+                            "bound {:.1e} · max abs {:.3e} · cosine {:.7}",
+                            r.tolerance, r.max_abs_err, r.cosine
+                        ));
+                });
+                if full {
+                    row.col(|ui| {
+                        ui.monospace(format!("{:.6}", r.cosine));
+                    });
+                }
+                row.col(|ui| {
+                    ui.monospace(format!("{:.2}", r.time_s * 1e3));
+                });
+                row.col(|ui| {
+                    ui.monospace(r.gflops.map_or("-".into(), |g| format!("{g:.2}")))
+                        .on_hover_text(format!(
+                            "f64 reference: {}",
+                            r.ref_gflops
+                                .map_or("-".into(), |g| format!("{g:.2} GFLOP/s"))
+                        ));
+                });
+                if with_ref {
+                    let q = r.reference.as_ref();
+                    row.col(|ui| {
+                        ui.monospace(q.map_or("-".into(), |q| format!("{:.4}", q.output_rel_err)));
+                    });
+                    if full {
+                        row.col(|ui| {
+                            ui.monospace(
+                                q.map_or("-".into(), |q| format!("{:.4}", q.weight_rel_err)),
+                            );
+                        });
+                    }
+                    row.col(|ui| {
+                        ui.monospace(q.map_or("-".into(), |q| format!("{:.1}", q.snr_db)));
+                    });
+                }
+                row.col(|ui| {
+                    let l = ui.label(pass_text(ui, r.pass));
+                    if let Some(f) = r.findings.first() {
+                        l.on_hover_text(&f.message);
+                    }
+                });
+            });
+        });
+    });
+    if let (Some(name), Some((bundle, commands))) = (select, names.as_mut())
+        && let Some(i) = bundle.find(&name)
+    {
+        commands.push(super::Command::Select(Some(i)));
+    }
+}
+
+/// The central "Spot checks" tab: reference picker, "Spot-check all" and
+/// the ranked table.
+pub fn central_ui(app: &mut App, ui: &mut egui::Ui) {
+    if !mlx::available() {
+        not_built_ui(ui);
+        return;
+    }
+    let running = app.spot.running();
+    ui.horizontal(|ui| {
+        if ui
+            .add_enabled(!running, egui::Button::new("Spot-check all"))
+            .on_hover_text(format!(
+                "Every packed tensor (every expert), at most {DEFAULT_MAX_ROWS} rows each, on MLX's default device ({})",
+                ui.ctx().format_shortcut(&run_all_shortcut())
+            ))
+            .clicked()
+        {
+            app.commands.push(super::Command::SpotCheck(None));
+        }
+        if running && ui.button("Cancel").clicked() {
+            app.spot.cancel();
+        }
+        ui.separator();
+        ui.label("Reference checkpoint:");
+        match &app.spot.reference {
+            Some(r) => {
+                ui.label(RichText::new(r.path().display().to_string()).monospace())
+                    .on_hover_text("The unquantised safetensors the bundle was made from");
+                if ui.add_enabled(!running, egui::Button::new("×")).on_hover_text("Forget the reference").clicked() {
+                    app.spot.reference = None;
+                    app.spot.all = None;
+                    app.spot.by_tensor.clear();
+                }
+            }
+            None => {
+                ui.label(RichText::new("none").weak());
+            }
+        }
+        if ui
+            .add_enabled(!running, egui::Button::new("Choose…"))
+            .on_hover_text("A folder of safetensors (BF16/F16/F32) with the bundle's tensor names")
+            .clicked()
+        {
+            app.commands.push(super::Command::PickReference);
+        }
+    });
+    settings_ui(&mut app.spot, ui);
+    if let Some(e) = &app.spot.error {
+        ui.label(RichText::new(e).color(ui.visuals().error_fg_color));
+    }
+    if let Some(j) = &app.spot.job
+        && j.kind == JobKind::All
+    {
+        let p = j.progress.lock().map(|p| p.clone()).unwrap_or_default();
+        ui.horizontal(|ui| {
+            ui.spinner();
+            ui.label(format!("checking {}/{} · {}", p.done, p.total, p.tensor));
+        });
+    }
+    let Some(r) = &app.spot.all else {
+        if !running {
+            ui.label(
+                RichText::new(
+                    "Spot-check all runs MLX on every packed tensor and compares with bundlescope's own decoder; with a reference checkpoint it also ranks tensors by how far they are from their source.",
+                )
+                .weak(),
+            );
+        }
+        return;
+    };
+    ui.horizontal(|ui| {
+        ui.label(format!(
+            "{} on {} (MLX {}): {} passed, {} failed{}{} in {:.2} s",
+            if r.reference_dir.is_some() {
+                "ranked worst first"
+            } else {
+                "failures first"
+            },
+            r.device,
+            r.mlx_version,
+            r.passed,
+            r.failed,
+            if r.skipped.is_empty() {
+                String::new()
+            } else {
+                format!(", {} skipped", r.skipped.len())
+            },
+            if r.cancelled { " (cancelled)" } else { "" },
+            r.duration_s
+        ));
+    });
+    for s in &r.skipped {
+        ui.label(
+            RichText::new(format!("skipped {}: {}", s.tensor, s.reason))
+                .color(ui.visuals().warn_fg_color),
+        );
+    }
+    let results = r.results.clone();
+    let bundle = app.session.as_ref().and_then(|s| s.model.bundle.clone());
+    if let Some(b) = bundle {
+        results_table_ui(ui, "spot-all", &results, Some((&b, &mut app.commands)));
+    }
+}
+
+/// The stream panel's line while "Spot-check all" runs.
+pub fn stream_line_ui(spot: &SpotView, ui: &mut egui::Ui) {
+    let Some(j) = &spot.job else { return };
+    if j.kind != JobKind::All {
+        return;
+    }
+    let p = j.progress.lock().map(|p| p.clone()).unwrap_or_default();
+    let mut cancel = false;
+    ui.horizontal(|ui| {
+        ui.label(RichText::new("Spot check").strong());
+        let frac = if p.total > 0 {
+            p.done as f32 / p.total as f32
+        } else {
+            0.0
+        };
+        ui.add(
+            egui::ProgressBar::new(frac)
+                .desired_width(220.0)
+                .text(format!("{}/{}", p.done, p.total)),
+        );
+        ui.add(egui::Label::new(RichText::new(&p.tensor).monospace().weak()).truncate());
+        cancel = ui.button("Cancel").clicked();
+    });
+    if cancel {
+        spot.cancel();
+    }
+}
