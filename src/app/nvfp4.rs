@@ -809,8 +809,11 @@ fn e4m3_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>) {
     // Only the occupied bytes (and the NaN ones when present): real scales
     // fill a few dozen of the 256.
     let present = |b: &usize| h[*b] > 0;
-    let lo = (0..256).find(present).unwrap_or(0).saturating_sub(1);
-    let hi = ((0..256).rev().find(present).unwrap_or(255) + 1).min(255);
+    // One empty byte either side, without crossing into the other sign.
+    let lo = (0..256).find(present).unwrap_or(0);
+    let lo = if lo % 128 == 0 { lo } else { lo - 1 };
+    let hi = (0..256).rev().find(present).unwrap_or(255);
+    let hi = if hi % 128 == 127 { hi } else { hi + 1 };
     let t = total.max(1) as f64;
     let bars: Vec<Bar> = (lo..=hi)
         .map(|b| {
@@ -840,25 +843,29 @@ fn e4m3_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>) {
         nice_step((hi - lo) as f64),
         |b| match u8::try_from(b) {
             Ok(b) if e4m3_is_nan(b) => "NaN".into(),
-            Ok(b) => format!("{}", e4m3(b)),
+            Ok(b) => short_number(f64::from(e4m3(b)), true),
             Err(_) => String::new(),
         },
     )
     .show(ui, |p| p.bar_chart(chart));
 }
 
-/// Four significant digits, in scientific notation outside 0.001..10000.
-fn short_number(v: f64) -> String {
+/// Four significant digits, in scientific notation outside 0.001..10000;
+/// `trim` drops trailing zeros (axis labels; table columns keep them).
+fn short_number(v: f64, trim: bool) -> String {
     let a = v.abs();
-    if a == 0.0 || !v.is_finite() || (1e-3..1e4).contains(&a) {
-        let decimals = if a == 0.0 || !v.is_finite() {
-            0
-        } else {
-            (3 - a.log10().floor() as i32).max(0) as usize
-        };
-        format!("{v:.decimals$}")
+    if a == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    if !(1e-3..1e4).contains(&a) {
+        return format!("{v:.3e}");
+    }
+    let decimals = (3 - a.log10().floor() as i32).max(0) as usize;
+    let text = format!("{v:.decimals$}");
+    if trim && text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
-        format!("{v:.3e}")
+        text
     }
 }
 
@@ -1020,7 +1027,7 @@ fn table_ui(
                                 (_, None) => "—".to_string(),
                                 (3, Some(v)) => format!("{:.2}%", v * 100.0),
                                 (4, Some(v)) => format!("{v}"),
-                                (_, Some(v)) => short_number(*v),
+                                (_, Some(v)) => short_number(*v, false),
                             };
                             let mut text = RichText::new(text).monospace();
                             if worst[c] == Some(r.expert) {
@@ -1248,13 +1255,16 @@ fn heat_ui(
         }
     }
     if let Some((k, e)) = heat.extreme {
-        // A ring around the cell (not over it): one cell of 128 is a few pixels.
+        // Small cells get a ring around them (not over them): one of 128 is a few pixels.
         let c = cell_rect(k, e);
-        ui.painter_at(rect.expand(10.0)).circle_stroke(
-            c.center(),
-            c.size().max_elem() / 2.0 + 5.0,
-            Stroke::new(2.0, INVALID),
-        );
+        let stroke = Stroke::new(2.0, INVALID);
+        if c.size().min_elem() >= 8.0 {
+            painter.rect_stroke(c, 0.0, stroke, egui::StrokeKind::Inside);
+        } else {
+            let r = c.size().max_elem() / 2.0 + 5.0;
+            ui.painter_at(rect.expand(10.0))
+                .circle_stroke(c.center(), r, stroke);
+        }
     }
     let at = |p: Pos2| {
         let d = p - img.min;
