@@ -591,3 +591,37 @@ fn hostile_manifests_never_panic() {
         assert_eq!(run.json()["verdict"], "invalid");
     }
 }
+
+#[test]
+fn manifest_shards_or_weight_map_of_the_wrong_type() {
+    let a = Artifact::sample();
+    a.edit(|m| m["shards"] = json!("model-00001-of-00004.safetensors"));
+    let r = a.audit();
+    assert!(
+        error_checks(&r).contains(&"nvfp4.manifest".to_string()),
+        "{r:#}"
+    );
+    assert_eq!(findings_of(&r, "nvfp4.manifest")[0]["field"], "shards");
+
+    let a = Artifact::sample();
+    a.edit(|m| m["weight_map"] = json!(["not", "an", "object"]));
+    let r = a.audit();
+    assert!(
+        error_checks(&r).contains(&"nvfp4.manifest".to_string()),
+        "{r:#}"
+    );
+    assert_eq!(r["verdict"], "invalid");
+}
+
+#[test]
+fn a_non_bf16_tensor_outside_the_experts_is_reported() {
+    let a = Artifact::sample();
+    let shard = a.shard_of("model.norm.weight");
+    a.edit_header(&shard, |h| h["model.norm.weight"]["dtype"] = json!("F16"));
+    let r = a.audit();
+    let f = findings_of(&r, "nvfp4.dtype");
+    assert_eq!(f.len(), 1, "{r:#}");
+    assert_eq!(f[0]["severity"], "warning");
+    assert_eq!(f[0]["tensor"], "model.norm.weight");
+    assert!(f[0]["message"].as_str().unwrap().contains("F16"));
+}
