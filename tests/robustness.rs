@@ -219,7 +219,14 @@ fn manifest_path_opens_its_folder_and_unknown_formats_are_named() {
         );
     }
     b.write_manifest(&json!({"quantization": {"mode": "nvfp4", "layout": "stacked-global-scale"}}));
-    let run = cli(&["audit", b.dir.to_str().unwrap()]);
-    assert_eq!(run.code, 2);
-    assert!(run.stderr.contains("mlx-nvfp4"), "{}", run.stderr);
+    // Recognised and audited: with no shards and no weight_map it is invalid,
+    // and the findings say what is missing.
+    let run = cli(&["audit", b.dir.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let r = run.json();
+    assert_eq!(r["bundle"]["format"], "mlx-nvfp4");
+    assert!(
+        error_checks(&r).contains(&"nvfp4.manifest".to_string()),
+        "{r:#}"
+    );
 }
