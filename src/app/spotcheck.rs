@@ -376,14 +376,6 @@ fn pass_text(ui: &egui::Ui, pass: bool) -> RichText {
     }
 }
 
-fn check_label(r: &SpotResult) -> String {
-    match (r.expert, r.kind) {
-        (Some(e), _) => format!("expert {e}"),
-        (None, spotcheck::Kind::Matmul) => "matmul".into(),
-        (None, spotcheck::Kind::Embedding) => "embedding".into(),
-    }
-}
-
 /// The longest dotted prefix every name shares (shown once, above the table).
 fn common_prefix(results: &[SpotResult]) -> String {
     let Some(first) = results.first() else {
@@ -496,7 +488,7 @@ fn results_table_ui(
                     });
                 }
                 row.col(|ui| {
-                    ui.label(check_label(r)).on_hover_text(format!(
+                    ui.label(r.check_label()).on_hover_text(format!(
                         "{} · {} x · batch {} · rows {}/{} · MLX {} on {}",
                         r.precision,
                         r.dtype.as_str(),
@@ -639,7 +631,7 @@ pub fn central_ui(app: &mut App, ui: &mut egui::Ui) {
     };
     ui.horizontal(|ui| {
         ui.label(format!(
-            "{} on {} (MLX {}): {} passed, {} failed{}{} in {:.2} s",
+            "{} on {} (MLX {}): {}",
             if r.reference_dir.is_some() {
                 "ranked worst first"
             } else {
@@ -647,15 +639,7 @@ pub fn central_ui(app: &mut App, ui: &mut egui::Ui) {
             },
             r.device,
             r.mlx_version,
-            r.passed,
-            r.failed,
-            if r.skipped.is_empty() {
-                String::new()
-            } else {
-                format!(", {} skipped", r.skipped.len())
-            },
-            if r.cancelled { " (cancelled)" } else { "" },
-            r.duration_s
+            r.tally()
         ));
     });
     for s in &r.skipped {

@@ -13,7 +13,7 @@ use anyhow::Result;
 use bundlescope::format;
 use bundlescope::mlx::Device;
 use bundlescope::spotcheck::{
-    self, Checkpoint, DEFAULT_MAX_ROWS, Kind, Options, Report, SpotResult, XDtype,
+    self, Checkpoint, DEFAULT_MAX_ROWS, Options, Report, SpotResult, XDtype,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -225,26 +225,12 @@ fn print_table(r: &Report) {
             println!("{}: {} [{}]", f.severity.as_str(), f.message, x.tensor);
         }
     }
-    println!(
-        "{} passed, {} failed{} in {:.2} s",
-        r.passed,
-        r.failed,
-        if r.skipped.is_empty() {
-            String::new()
-        } else {
-            format!(", {} skipped", r.skipped.len())
-        },
-        r.duration_s
-    );
+    println!("{}", r.tally());
 }
 
 fn row(x: &SpotResult, width: usize, with_ref: bool) -> String {
     let gf = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
-    let kind = match (x.kind, x.expert) {
-        (_, Some(e)) => format!("expert {e}"),
-        (Kind::Matmul, None) => "matmul".into(),
-        (Kind::Embedding, None) => "embedding".into(),
-    };
+    let kind = x.check_label();
     let mut s = format!(
         "{:<width$}  {:<10} {:<8} {:>4} {:>5} {:>11}  {:>9.2e} {:>9.2e} {:>10.7} {:>8.2} {:>8} {:>8}",
         x.tensor,

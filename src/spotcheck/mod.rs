@@ -257,7 +257,34 @@ pub struct Report {
     pub duration_s: f64,
 }
 
+impl SpotResult {
+    /// What was checked: `matmul`, `embedding` or `expert E`.
+    pub fn check_label(&self) -> String {
+        match (self.expert, self.kind) {
+            (Some(e), _) => format!("expert {e}"),
+            (None, Kind::Matmul) => "matmul".into(),
+            (None, Kind::Embedding) => "embedding".into(),
+        }
+    }
+}
+
 impl Report {
+    /// `N passed, M failed[, K skipped][ (cancelled)] in T s`.
+    pub fn tally(&self) -> String {
+        format!(
+            "{} passed, {} failed{}{} in {:.2} s",
+            self.passed,
+            self.failed,
+            if self.skipped.is_empty() {
+                String::new()
+            } else {
+                format!(", {} skipped", self.skipped.len())
+            },
+            if self.cancelled { " (cancelled)" } else { "" },
+            self.duration_s
+        )
+    }
+
     /// Sorts the results worst first: failures first, then by the reference
     /// output error where measured, then by the MLX relative error.
     pub fn rank_worst_first(&mut self) {
