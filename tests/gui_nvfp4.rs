@@ -455,3 +455,57 @@ fn a_nan_scale_is_marked_and_broken_sets_show_a_message_instead() {
         "not a row of the map"
     );
 }
+
+#[test]
+fn the_table_lists_tensors_shard_by_shard_in_data_order_and_names_naturally() {
+    // Twelve layers, so that byte order would put layer 10 before layer 2.
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("nv12");
+    let o = Nvfp4Options {
+        layers: 12,
+        ..Nvfp4Options::default()
+    };
+    write(&dir, &o).unwrap();
+    let a = Artifact { _tmp: tmp, dir };
+    let mut g = gui();
+    g.open(&a.dir);
+    // Independently: shards in the manifest's order, each one's tensors by
+    // their data offset in its own header.
+    let mut expected = Vec::new();
+    for s in a.manifest()["shards"].as_array().unwrap() {
+        let bytes = fs::read(a.dir.join(s["file"].as_str().unwrap())).unwrap();
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header: Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+        let mut in_shard: Vec<(u64, String)> = header
+            .iter()
+            .filter(|(k, _)| *k != "__metadata__")
+            .map(|(k, v)| (v["data_offsets"][0].as_u64().unwrap(), k.clone()))
+            .collect();
+        in_shard.sort();
+        expected.extend(in_shard.into_iter().map(|(_, k)| k));
+    }
+    let names = |g: &mut Gui| -> Vec<String> {
+        g.app().refresh_rows();
+        let app = g.app();
+        let b = app.session.as_ref().unwrap().model.bundle.as_ref().unwrap();
+        app.rows
+            .iter()
+            .map(|&i| b.tensors[i].name.clone())
+            .collect()
+    };
+    assert_eq!(names(&mut g), expected);
+
+    // By name, layer 10 would follow layer 9: digits compare as numbers.
+    g.app().view.sort = bundlescope::app::SortColumn::Name;
+    let by_name = names(&mut g);
+    let layer = |n: &str| {
+        n.strip_prefix("model.decoder.layers.")
+            .and_then(|r| r.split_once('.'))
+            .map(|(l, rest)| (l.parse::<u32>().unwrap(), rest.to_string()))
+    };
+    let layered: Vec<_> = by_name.iter().filter_map(|n| layer(n)).collect();
+    let mut sorted = layered.clone();
+    sorted.sort();
+    assert_eq!(layered, sorted);
+    assert_eq!(by_name.len(), expected.len());
+}
