@@ -5,7 +5,7 @@ use egui::{Id, RichText};
 use egui_extras::{Column, TableBuilder};
 
 use super::{App, Command, RowStatus, Session, TableView};
-use crate::format::{Bundle, TensorInfo};
+use crate::format::{Bundle, TensorInfo, natural_cmp};
 use crate::report::human_bytes;
 
 /// Columns the table sorts by.
@@ -40,43 +40,6 @@ fn dtype_text(t: &TensorInfo) -> String {
         (None, Some(k)) => format!("u{}+F16", k.bits()),
         _ => "—".into(),
     }
-}
-
-/// A digit run without its leading zeros (`0` stays `0`).
-fn strip_zeros(s: &[u8]) -> &[u8] {
-    let z = s.iter().take_while(|&&c| c == b'0').count();
-    &s[z.min(s.len() - 1)..]
-}
-
-/// Orders names as a person reads them: runs of digits compare as numbers,
-/// so `layers.9` comes before `layers.10`.
-pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        if a[i].is_ascii_digit() && b[j].is_ascii_digit() {
-            let run =
-                |s: &[u8], k: usize| k + s[k..].iter().take_while(|c| c.is_ascii_digit()).count();
-            let (ei, ej) = (run(a, i), run(b, j));
-            // Leading zeros do not change the number; more digits is larger.
-            let (na, nb) = (strip_zeros(&a[i..ei]), strip_zeros(&b[j..ej]));
-            let ord = na.len().cmp(&nb.len()).then_with(|| na.cmp(nb));
-            if ord != Ordering::Equal {
-                return ord;
-            }
-            (i, j) = (ei, ej);
-        } else {
-            if a[i] != b[j] {
-                return a[i].cmp(&b[j]);
-            }
-            i += 1;
-            j += 1;
-        }
-    }
-    // Equal up to the shorter: the shorter first, then byte order for ties
-    // such as `1` vs `01`.
-    (a.len() - i).cmp(&(b.len() - j)).then_with(|| a.cmp(b))
 }
 
 /// Indices of the rows to show, filtered and sorted.
@@ -274,34 +237,4 @@ fn status_ui(ui: &mut egui::Ui, s: RowStatus) {
     };
     ui.label(RichText::new(mark).color(color))
         .on_hover_text(hover);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::natural_cmp;
-
-    #[test]
-    fn natural_order_compares_digit_runs_as_numbers() {
-        let mut names: Vec<String> = [10, 2, 1, 33, 9, 100, 0]
-            .iter()
-            .flat_map(|l| {
-                ["mlp.down_proj", "attn.q_proj"].map(|s| format!("model.layers.{l}.{s}.weight"))
-            })
-            .collect();
-        names.sort_by(|a, b| natural_cmp(a, b));
-        // Independent key: (layer number parsed from the name, the rest).
-        let key = |n: &str| {
-            let rest = n.strip_prefix("model.layers.").unwrap();
-            let (l, tail) = rest.split_once('.').unwrap();
-            (l.parse::<u32>().unwrap(), tail.to_string())
-        };
-        let mut expected = names.clone();
-        expected.sort_by_key(|n| key(n));
-        assert_eq!(names, expected);
-        assert_eq!(natural_cmp("a.9", "a.10"), std::cmp::Ordering::Less);
-        assert_eq!(natural_cmp("a", "a.0"), std::cmp::Ordering::Less);
-        assert_ne!(natural_cmp("x1", "x01"), std::cmp::Ordering::Equal);
-        // Without digits it is byte order.
-        assert_eq!(natural_cmp("norm", "embed"), "norm".cmp("embed"));
-    }
 }

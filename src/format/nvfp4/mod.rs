@@ -110,7 +110,7 @@ pub fn parse(
             );
         }
     }
-    tensors.sort_by_key(|a| natural_key(&a.name));
+    tensors.sort_by(|a, b| super::natural_cmp(&a.name, &b.name));
     let provenance = Provenance {
         format: Some(format!("mlx-nvfp4 ({LAYOUT})")),
         source_revision: None,
@@ -131,15 +131,6 @@ pub fn parse(
 }
 
 /// Sort key that orders `layers.10` after `layers.9`.
-fn natural_key(name: &str) -> Vec<(String, u64)> {
-    name.split('.')
-        .map(|p| match p.parse::<u64>() {
-            Ok(n) => (String::new(), n),
-            Err(_) => (p.to_string(), 0),
-        })
-        .collect()
-}
-
 fn info(t: StTensor, file: usize) -> TensorInfo {
     let precision = if is_expert(&t.name).is_some() {
         match t.name.rsplit('.').next() {
