@@ -22,7 +22,7 @@ echo "== cargo fmt --check"
 cargo fmt --check
 
 echo "== cargo test"
-cargo test --release --lib --bins --tests 2>&1
+cargo test --profile ci --lib --bins --tests 2>&1
 
 echo "== benches build (run them with cargo bench)"
-cargo bench --no-run 2>&1 | tail -n 3
+cargo bench --profile ci --no-run 2>&1 | tail -n 3
