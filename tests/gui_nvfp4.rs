@@ -4,110 +4,22 @@
 //! cell) and the messages shown instead of charts for broken sets.
 #![cfg(feature = "gui")]
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
+mod common;
+
 use bundlescope::app::{App, AuditCache, Command, HeatStat};
-use bundlescope::sample::nvfp4::{Nvfp4Options, write};
+use bundlescope::sample::nvfp4::Nvfp4Options;
+use common::nvfp4::Artifact;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-use serde_json::{Map, Value, json};
-use sha2::Digest;
+use serde_json::json;
 
 const L1_UP: &str = "model.decoder.layers.1.experts.gate_up_proj";
 const L2_DOWN: &str = "model.decoder.layers.2.experts.down_proj";
 /// The sample's experts per layer.
 const EXPERTS: usize = 8;
-
-struct Artifact {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-}
-
-impl Artifact {
-    fn sample() -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("nv");
-        write(&dir, &Nvfp4Options::default()).unwrap();
-        Self { _tmp: tmp, dir }
-    }
-
-    fn manifest(&self) -> Value {
-        serde_json::from_slice(&fs::read(self.dir.join("manifest.json")).unwrap()).unwrap()
-    }
-
-    fn shard_of(&self, tensor: &str) -> PathBuf {
-        self.dir
-            .join(self.manifest()["weight_map"][tensor].as_str().unwrap())
-    }
-
-    /// The tensor's data bytes, read with the safetensors crate.
-    fn bytes(&self, tensor: &str) -> Vec<u8> {
-        let shard = fs::read(self.shard_of(tensor)).unwrap();
-        let st = safetensors::SafeTensors::deserialize(&shard).unwrap();
-        st.tensor(tensor).unwrap().data().to_vec()
-    }
-
-    /// Absolute byte range of a tensor's data in its shard.
-    fn range(&self, tensor: &str) -> (usize, usize) {
-        let bytes = fs::read(self.shard_of(tensor)).unwrap();
-        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        let header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-        let o = &header[tensor]["data_offsets"];
-        (
-            8 + n + o[0].as_u64().unwrap() as usize,
-            8 + n + o[1].as_u64().unwrap() as usize,
-        )
-    }
-
-    /// Edits a tensor's data in place, then rehashes the shards.
-    fn patch(&self, tensor: &str, f: impl FnOnce(&mut [u8])) {
-        let path = self.shard_of(tensor);
-        let mut bytes = fs::read(&path).unwrap();
-        let (a, b) = self.range(tensor);
-        f(&mut bytes[a..b]);
-        fs::write(&path, bytes).unwrap();
-        self.rehash();
-    }
-
-    /// Edits a shard's header JSON (keeping the data), then rehashes.
-    fn edit_header(&self, tensor: &str, f: impl FnOnce(&mut Map<String, Value>)) {
-        let path = self.shard_of(tensor);
-        let bytes = fs::read(&path).unwrap();
-        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        let mut header: Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-        f(&mut header);
-        let mut text = serde_json::to_vec(&header).unwrap();
-        while !text.len().is_multiple_of(8) {
-            text.push(b' ');
-        }
-        let mut out = (text.len() as u64).to_le_bytes().to_vec();
-        out.extend_from_slice(&text);
-        out.extend_from_slice(&bytes[8 + n..]);
-        fs::write(&path, out).unwrap();
-        self.rehash();
-    }
-
-    /// Rewrites the manifest's per-shard sha256 and bytes.
-    fn rehash(&self) {
-        let mut m = self.manifest();
-        for s in m["shards"].as_array_mut().unwrap() {
-            let bytes = fs::read(self.dir.join(s["file"].as_str().unwrap())).unwrap();
-            let sha: String = sha2::Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            s["sha256"] = json!(sha);
-            s["bytes"] = json!(bytes.len());
-        }
-        fs::write(
-            self.dir.join("manifest.json"),
-            serde_json::to_vec_pretty(&m).unwrap(),
-        )
-        .unwrap();
-    }
-}
 
 /// E2M1 code counts of a weight's bytes, low nibble and high nibble.
 fn nibble_counts(words: &[u8]) -> Vec<u64> {
@@ -434,7 +346,7 @@ fn a_nan_scale_is_marked_and_broken_sets_show_a_message_instead() {
 
     // A scales shape that disagrees with its weight: the set has no layout.
     let b = Artifact::sample();
-    b.edit_header(&name, |h| {
+    b.edit_header(&b.shard_of(&name), |h| {
         let shape = h[&name]["shape"].clone();
         let s: Vec<u64> = shape
             .as_array()
@@ -459,23 +371,17 @@ fn a_nan_scale_is_marked_and_broken_sets_show_a_message_instead() {
 #[test]
 fn the_table_lists_tensors_shard_by_shard_in_data_order_and_names_naturally() {
     // Twelve layers, so that byte order would put layer 10 before layer 2.
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("nv12");
-    let o = Nvfp4Options {
+    let a = Artifact::with(&Nvfp4Options {
         layers: 12,
         ..Nvfp4Options::default()
-    };
-    write(&dir, &o).unwrap();
-    let a = Artifact { _tmp: tmp, dir };
+    });
     let mut g = gui();
     g.open(&a.dir);
     // Independently: shards in the manifest's order, each one's tensors by
     // their data offset in its own header.
     let mut expected = Vec::new();
     for s in a.manifest()["shards"].as_array().unwrap() {
-        let bytes = fs::read(a.dir.join(s["file"].as_str().unwrap())).unwrap();
-        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        let header: Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+        let (header, _) = Artifact::header(&a.dir.join(s["file"].as_str().unwrap()));
         let mut in_shard: Vec<(u64, String)> = header
             .iter()
             .filter(|(k, _)| *k != "__metadata__")

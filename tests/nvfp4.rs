@@ -5,98 +5,16 @@
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use common::nvfp4::Artifact;
 use common::*;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 const LAYER0_UP: &str = "model.decoder.layers.0.experts.gate_up_proj";
 const LAYER1_DOWN: &str = "model.decoder.layers.1.experts.down_proj";
 
-struct Artifact {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-}
-
 impl Artifact {
-    fn sample() -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("nv");
-        let run = cli(&["sample", dir.to_str().unwrap(), "--format", "nvfp4"]);
-        assert_eq!(run.code, 0, "{}", run.stderr);
-        Self { _tmp: tmp, dir }
-    }
-
-    fn manifest(&self) -> Value {
-        serde_json::from_slice(&fs::read(self.dir.join("manifest.json")).unwrap()).unwrap()
-    }
-
-    fn edit(&self, f: impl FnOnce(&mut Value)) {
-        let mut m = self.manifest();
-        f(&mut m);
-        fs::write(
-            self.dir.join("manifest.json"),
-            serde_json::to_vec_pretty(&m).unwrap(),
-        )
-        .unwrap();
-    }
-
-    fn shard_of(&self, tensor: &str) -> PathBuf {
-        let m = self.manifest();
-        self.dir.join(m["weight_map"][tensor].as_str().unwrap())
-    }
-
-    /// Re-writes the manifest's per-shard hashes and sizes after a shard edit,
-    /// so only the intended check fires.
-    fn rehash(&self) {
-        self.edit(|m| {
-            for s in m["shards"].as_array_mut().unwrap() {
-                let bytes = fs::read(self.dir.join(s["file"].as_str().unwrap())).unwrap();
-                use sha2::Digest;
-                s["sha256"] = json!(hex(&sha2::Sha256::digest(&bytes)));
-                s["bytes"] = json!(bytes.len());
-            }
-        });
-    }
-
-    /// Edits a shard's header JSON (keeping the data) and rehashes.
-    fn edit_header(&self, shard: &Path, f: impl FnOnce(&mut Map<String, Value>)) {
-        let bytes = fs::read(shard).unwrap();
-        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        let mut header: Map<String, Value> = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-        f(&mut header);
-        let mut json = serde_json::to_vec(&header).unwrap();
-        while !json.len().is_multiple_of(8) {
-            json.push(b' ');
-        }
-        let mut out = (json.len() as u64).to_le_bytes().to_vec();
-        out.extend_from_slice(&json);
-        out.extend_from_slice(&bytes[8 + n..]);
-        fs::write(shard, out).unwrap();
-        self.rehash();
-    }
-
-    /// Absolute byte range of a tensor in its shard.
-    fn range(&self, tensor: &str) -> (usize, usize) {
-        let bytes = fs::read(self.shard_of(tensor)).unwrap();
-        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-        let header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-        let o = &header[tensor]["data_offsets"];
-        (
-            8 + n + o[0].as_u64().unwrap() as usize,
-            8 + n + o[1].as_u64().unwrap() as usize,
-        )
-    }
-
-    fn patch(&self, tensor: &str, f: impl FnOnce(&mut [u8])) {
-        let path = self.shard_of(tensor);
-        let mut bytes = fs::read(&path).unwrap();
-        let (a, b) = self.range(tensor);
-        f(&mut bytes[a..b]);
-        fs::write(&path, bytes).unwrap();
-        self.rehash();
-    }
-
     fn audit(&self) -> Value {
         let run = audit_json(&self.dir);
         assert!(
@@ -124,7 +42,7 @@ impl Artifact {
 
 #[test]
 fn the_sample_is_valid_and_indexes_every_tensor() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let report = a.expect(&[]);
     let m = a.manifest();
     let names = m["weight_map"].as_object().unwrap().len();
@@ -150,7 +68,7 @@ fn the_sample_is_valid_and_indexes_every_tensor() {
 #[test]
 fn wrong_layout_is_refused_with_the_seed_message() {
     for layout in [json!("absolute-scale"), Value::Null] {
-        let a = Artifact::sample();
+        let a = Artifact::from_cli(&[]);
         a.edit(|m| {
             if layout.is_null() {
                 m["quantization"].as_object_mut().unwrap().remove("layout");
@@ -172,7 +90,7 @@ fn wrong_layout_is_refused_with_the_seed_message() {
 
 #[test]
 fn missing_shard() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let shard = a.shard_of(&format!("{LAYER1_DOWN}.weight"));
     fs::remove_file(&shard).unwrap();
     let r = a.expect(&["payload.file"]);
@@ -182,7 +100,7 @@ fn missing_shard() {
 
 #[test]
 fn weight_map_pointing_at_the_wrong_shard() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let name = format!("{LAYER1_DOWN}.scales");
     let other = a.manifest()["shards"][0]["file"].clone();
     assert_ne!(a.manifest()["weight_map"][&name], other);
@@ -191,7 +109,7 @@ fn weight_map_pointing_at_the_wrong_shard() {
     let f = findings_of(&r, "nvfp4.weight_map");
     assert_eq!(f[0]["tensor"], name.as_str());
     // A tensor missing from weight_map, and one naming no listed shard.
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     a.edit(|m| {
         m["weight_map"]
             .as_object_mut()
@@ -209,7 +127,7 @@ fn weight_map_pointing_at_the_wrong_shard() {
 
 #[test]
 fn truncated_shard() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let shard = a.shard_of(&format!("{LAYER1_DOWN}.weight"));
     let bytes = fs::read(&shard).unwrap();
     fs::write(&shard, &bytes[..bytes.len() - 100]).unwrap();
@@ -222,7 +140,7 @@ fn truncated_shard() {
 
 #[test]
 fn header_length_2_pow_62() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let shard = a.shard_of(&format!("{LAYER1_DOWN}.weight"));
     let mut bytes = fs::read(&shard).unwrap();
     bytes[..8].copy_from_slice(&(1u64 << 62).to_le_bytes());
@@ -234,7 +152,7 @@ fn header_length_2_pow_62() {
 
 #[test]
 fn overlapping_offsets() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let name = format!("{LAYER1_DOWN}.global_scale");
     let shard = a.shard_of(&name);
     a.edit_header(&shard, |h| {
@@ -253,7 +171,7 @@ fn overlapping_offsets() {
 
 #[test]
 fn scales_of_the_wrong_dtype_or_shape() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let name = format!("{LAYER1_DOWN}.scales");
     let shard = a.shard_of(&name);
     a.edit_header(&shard, |h| {
@@ -263,7 +181,7 @@ fn scales_of_the_wrong_dtype_or_shape() {
     let r = a.expect(&["nvfp4.experts"]);
     assert_eq!(findings_of(&r, "nvfp4.experts")[0]["tensor"], name.as_str());
 
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let shard = a.shard_of(&name);
     a.edit_header(&shard, |h| {
         let s = h[&name]["shape"].clone();
@@ -282,7 +200,7 @@ fn scales_of_the_wrong_dtype_or_shape() {
 fn global_scale_nan_zero_or_wrong_length() {
     let name = format!("{LAYER1_DOWN}.global_scale");
     for (bad, what) in [(f32::NAN, "NaN"), (0.0, "0")] {
-        let a = Artifact::sample();
+        let a = Artifact::from_cli(&[]);
         let (start, _) = a.range(&name);
         a.patch(&name, |b| b[12..16].copy_from_slice(&bad.to_le_bytes()));
         let r = a.expect(&["nvfp4.global_scale"]);
@@ -295,7 +213,7 @@ fn global_scale_nan_zero_or_wrong_length() {
         );
     }
     // Wrong length: one expert short in the header (the data no longer covered).
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let shard = a.shard_of(&name);
     a.edit_header(&shard, |h| {
         h[&name]["shape"] = json!([7]);
@@ -309,7 +227,7 @@ fn global_scale_nan_zero_or_wrong_length() {
         "{f:?}"
     );
     // Wrong length with a consistent header: 8 F32 values read as 4 F64.
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let shard = a.shard_of(&name);
     a.edit_header(&shard, |h| {
         h[&name]["shape"] = json!([4]);
@@ -326,7 +244,7 @@ fn global_scale_nan_zero_or_wrong_length() {
 #[test]
 fn nan_e4m3_scale_byte() {
     for nan in [0x7fu8, 0xff] {
-        let a = Artifact::sample();
+        let a = Artifact::from_cli(&[]);
         let name = format!("{LAYER0_UP}.scales");
         let (start, end) = a.range(&name);
         let per_expert = (end - start) / 8;
@@ -344,7 +262,7 @@ fn nan_e4m3_scale_byte() {
 
 #[test]
 fn non_finite_bf16() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     a.patch("model.norm.weight", |b| {
         b[6..8].copy_from_slice(&0x7fc0u16.to_le_bytes())
     });
@@ -357,7 +275,7 @@ fn non_finite_bf16() {
 
 #[test]
 fn shard_path_with_dot_dot_or_a_symlink() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     a.edit(|m| m["shards"][1]["file"] = json!("../outside.safetensors"));
     let r = a.audit();
     let ids = error_checks(&r);
@@ -366,7 +284,7 @@ fn shard_path_with_dot_dot_or_a_symlink() {
 
     #[cfg(unix)]
     {
-        let a = Artifact::sample();
+        let a = Artifact::from_cli(&[]);
         let m = a.manifest();
         let file = m["shards"][1]["file"].as_str().unwrap();
         let real = a.dir.parent().unwrap().join("elsewhere.safetensors");
@@ -381,7 +299,7 @@ fn shard_path_with_dot_dot_or_a_symlink() {
 
 #[test]
 fn shard_hash_mismatch() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let name = format!("{LAYER1_DOWN}.weight");
     let path = a.shard_of(&name);
     let (start, _) = a.range(&name);
@@ -399,7 +317,7 @@ fn shard_hash_mismatch() {
 
 #[test]
 fn the_audit_never_writes_to_the_artifact() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let snapshot = |dir: &Path| {
         let mut v: Vec<(String, Vec<u8>)> = fs::read_dir(dir)
             .unwrap()
@@ -422,7 +340,7 @@ fn the_audit_never_writes_to_the_artifact() {
 
 #[test]
 fn hist_counts_codes_over_all_experts_or_one() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let w = format!("{LAYER0_UP}.weight");
     let dir = a.dir.to_str().unwrap();
     let all = cli(&["hist", dir, "--tensor", &w, "--json"]);
@@ -474,7 +392,7 @@ fn export_equals_mlx_dequantize_exactly() {
     if !require_or_skip("Python with mlx", py.is_some_and(|o| o.status.success())) {
         return;
     }
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let tmp = tempfile::tempdir().unwrap();
     let mut pairs = Vec::new();
     let m = a.manifest();
@@ -594,7 +512,7 @@ fn hostile_manifests_never_panic() {
 
 #[test]
 fn manifest_shards_or_weight_map_of_the_wrong_type() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     a.edit(|m| m["shards"] = json!("model-00001-of-00004.safetensors"));
     let r = a.audit();
     assert!(
@@ -603,7 +521,7 @@ fn manifest_shards_or_weight_map_of_the_wrong_type() {
     );
     assert_eq!(findings_of(&r, "nvfp4.manifest")[0]["field"], "shards");
 
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     a.edit(|m| m["weight_map"] = json!(["not", "an", "object"]));
     let r = a.audit();
     assert!(
@@ -615,7 +533,7 @@ fn manifest_shards_or_weight_map_of_the_wrong_type() {
 
 #[test]
 fn a_non_bf16_tensor_outside_the_experts_is_reported() {
-    let a = Artifact::sample();
+    let a = Artifact::from_cli(&[]);
     let shard = a.shard_of("model.norm.weight");
     a.edit_header(&shard, |h| h["model.norm.weight"]["dtype"] = json!("F16"));
     let r = a.audit();

@@ -2,6 +2,8 @@
 //! project's own writer, corrupt a copy, run the real binary.
 #![allow(dead_code)]
 
+pub mod nvfp4;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
