@@ -415,3 +415,35 @@ fn the_table_lists_tensors_shard_by_shard_in_data_order_and_names_naturally() {
     assert_eq!(layered, sorted);
     assert_eq!(by_name.len(), expected.len());
 }
+
+#[test]
+fn clicking_a_global_scale_bar_picks_that_expert() {
+    let a = Artifact::sample();
+    let mut g = gui();
+    g.open(&a.dir);
+    g.select(&format!("{L1_UP}.weight"));
+    g.settle();
+    assert_eq!(g.app().nvfp4.expert, None);
+    // The scales as the shard stores them (little-endian F32), read here.
+    let globals: Vec<f64> = a
+        .bytes(&format!("{L1_UP}.global_scale"))
+        .chunks_exact(4)
+        .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+        .collect();
+    assert_eq!(globals.len(), EXPERTS);
+    for e in [6, 0] {
+        let pos = g.app().nvfp4.global_bar_pos(e, globals[e]).unwrap();
+        g.click_at(pos);
+        assert_eq!(
+            g.app().nvfp4.expert,
+            Some(e),
+            "clicked the bar of expert {e}"
+        );
+        assert!(
+            g.picker().contains(&format!("expert {e}")),
+            "{}",
+            g.picker()
+        );
+        g.settle();
+    }
+}

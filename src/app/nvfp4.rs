@@ -133,6 +133,8 @@ pub struct Nvfp4View {
     jobs: Vec<Job>,
     heat: Option<Heat>,
     heat_geom: Option<(Rect, Vec2)>,
+    /// How the global-scale chart last mapped values to the screen.
+    globals_geom: Option<egui_plot::PlotTransform>,
     /// Held by the running count: one reads the disk at a time.
     disk: Arc<Mutex<()>>,
 }
@@ -150,6 +152,7 @@ impl Default for Nvfp4View {
             jobs: Vec::new(),
             heat: None,
             heat_geom: None,
+            globals_geom: None,
             disk: Arc::new(Mutex::new(())),
         }
     }
@@ -187,6 +190,13 @@ impl Nvfp4View {
         })
     }
 
+    /// Where the global-scale chart last drew the middle of `expert`'s bar
+    /// (half its height, so on the bar for any positive scale).
+    pub fn global_bar_pos(&self, expert: usize, value: f64) -> Option<Pos2> {
+        let t = self.globals_geom.as_ref()?;
+        Some(t.position_from_point(&egui_plot::PlotPoint::new(expert as f64, value / 2.0)))
+    }
+
     /// The map's most extreme cell (farthest from the median, or invalid):
     /// the set's weight index and the expert.
     pub fn heat_extreme(&self) -> Option<(usize, usize)> {
@@ -206,6 +216,7 @@ impl Nvfp4View {
         self.hists.clear();
         self.heat = None;
         self.heat_geom = None;
+        self.globals_geom = None;
         self.sets = index(b);
         self.bundle = Some(b.clone());
     }
@@ -684,8 +695,10 @@ fn globals_ui(ui: &mut egui::Ui, view: &mut Nvfp4View, id: &str, g: &[f64]) {
     let (lo, hi) = finite_range(g.iter().copied());
     ui.label(
         RichText::new(format!(
-            "{} experts · min {lo:.4e} · max {hi:.4e}{}",
+            "{} experts · min {} · max {}{}",
             g.len(),
+            short_number(lo, false),
+            short_number(hi, false),
             if bad > 0 {
                 format!(" · {bad} not finite and > 0")
             } else {
@@ -721,6 +734,7 @@ fn globals_ui(ui: &mut egui::Ui, view: &mut Nvfp4View, id: &str, g: &[f64]) {
         |e| e.to_string(),
     )
     .show(ui, |p| p.bar_chart(chart));
+    view.globals_geom = Some(resp.transform);
     if resp.response.clicked()
         && let Some(pos) = resp.response.interact_pointer_pos()
     {
