@@ -38,13 +38,7 @@ fn main() {
     let lib = mlx.join("lib");
     println!("cargo:rerun-if-changed={}", lib.display());
 
-    cxx_build::bridge("src/mlx/bridge.rs")
-        .file("src/mlx/bridge.cc")
-        // A system include: MLX's headers trip -Wextra, and they are not ours.
-        .flag("-isystem")
-        .flag(include.display().to_string())
-        .std("c++20")
-        .compile("bundlescope-mlx");
+    compile_bridge(&include);
 
     println!("cargo:rustc-link-search=native={}", lib.display());
     println!("cargo:rustc-link-lib=dylib=mlx");
@@ -55,6 +49,22 @@ fn main() {
     }
     println!("cargo:rustc-env=BUNDLESCOPE_MLX_LIB_DIR={}", lib.display());
 }
+
+/// Compiles the cxx bridge; `cxx-build` is a build dependency of the `mlx`
+/// feature alone, so without it this is never reached (main returns first).
+#[cfg(feature = "mlx")]
+fn compile_bridge(include: &Path) {
+    cxx_build::bridge("src/mlx/bridge.rs")
+        .file("src/mlx/bridge.cc")
+        // A system include: MLX's headers trip -Wextra, and they are not ours.
+        .flag("-isystem")
+        .flag(include.display().to_string())
+        .std("c++20")
+        .compile("bundlescope-mlx");
+}
+
+#[cfg(not(feature = "mlx"))]
+fn compile_bridge(_: &Path) {}
 
 /// The first MLX install that has both headers and the library, or the
 /// list of places tried and why each was refused.

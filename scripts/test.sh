@@ -26,3 +26,6 @@ cargo test --profile ci --lib --bins --tests 2>&1
 
 echo "== benches build (run them with cargo bench)"
 cargo bench --profile ci --no-run 2>&1 | tail -n 3
+
+echo "== build and smoke-test without the mlx feature"
+./scripts/check-without-mlx.sh

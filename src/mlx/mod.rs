@@ -17,8 +17,9 @@ mod bridge;
 use serde::Serialize;
 
 /// What to run the pip command with, for messages.
-pub const INSTALL_HINT: &str = "python3 -m pip install --target .pydeps \"mlx[cpu]==0.32.4\" numpy \
-     (macOS: mlx-metal==0.32.4), or set MLX_DIR to a folder with include/mlx/ and lib/libmlx.*";
+pub const INSTALL_HINT: &str = "./scripts/install-mlx.sh, which runs python3 -m pip install --target .pydeps \
+     \"mlx[cpu]==0.32.4\" numpy (on macOS \"mlx==0.32.4\", which brings mlx-metal), \
+     or set MLX_DIR to a folder with include/mlx/ and lib/libmlx.*";
 
 /// Group size of the audio8 formats' affine scales.
 pub const AFFINE_GROUP: usize = 64;
@@ -59,6 +60,7 @@ pub enum Device {
 }
 
 impl Device {
+    #[cfg_attr(not(feature = "mlx"), allow(dead_code))]
     fn code(self) -> i32 {
         match self {
             Device::Default => 0,
@@ -529,6 +531,7 @@ fn expect_len(what: &str, have: usize, want: Option<usize>) -> Result<(), MlxErr
 }
 
 // Dtype codes shared with bridge.cc.
+#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
 const DTYPE_NONE: u8 = 0;
 const DTYPE_F32: u8 = 1;
 const DTYPE_BF16: u8 = 2;
