@@ -631,16 +631,19 @@ pub fn central_ui(app: &mut App, ui: &mut egui::Ui) {
     };
     ui.horizontal(|ui| {
         ui.label(format!(
-            "{} on {} (MLX {}): {}",
-            if r.reference_dir.is_some() {
-                "ranked worst first"
-            } else {
-                "failures first"
-            },
-            r.device,
+            "MLX {} on {}: {}",
             r.mlx_version,
+            r.device,
             r.tally()
         ));
+        ui.label(
+            RichText::new(if r.reference_dir.is_some() {
+                "· ranked worst first against the reference"
+            } else {
+                "· failures first, then closest to their bound"
+            })
+            .weak(),
+        );
     });
     for s in &r.skipped {
         ui.label(
