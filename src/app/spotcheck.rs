@@ -377,23 +377,34 @@ fn pass_text(ui: &egui::Ui, pass: bool) -> RichText {
 }
 
 /// The longest dotted prefix every name shares (shown once, above the table).
-fn common_prefix(results: &[SpotResult]) -> String {
-    let Some(first) = results.first() else {
+fn common_prefix(names: &[&str]) -> String {
+    let Some(first) = names.first() else {
         return String::new();
     };
-    let mut prefix = first.tensor.as_str();
-    for r in &results[1..] {
-        while !r.tensor.starts_with(prefix) {
+    let mut prefix = *first;
+    for n in &names[1..] {
+        while !n.starts_with(prefix) {
             prefix = match prefix[..prefix.len().saturating_sub(1)].rfind('.') {
                 Some(k) => &prefix[..=k],
                 None => "",
             };
         }
     }
-    match prefix.rfind('.') {
-        Some(k) if results.len() > 1 => prefix[..=k].to_string(),
-        _ => String::new(),
+    let mut prefix = match prefix.rfind('.') {
+        Some(k) if names.len() > 1 => &prefix[..=k],
+        _ => "",
+    };
+    // Keep the word a number belongs to: `layers.3.mlp`, not `3.mlp`.
+    if names
+        .iter()
+        .any(|n| n[prefix.len()..].starts_with(|c: char| c.is_ascii_digit()))
+    {
+        prefix = match prefix[..prefix.len().saturating_sub(1)].rfind('.') {
+            Some(k) => &prefix[..=k],
+            None => "",
+        };
     }
+    prefix.to_string()
 }
 
 /// One row per result. `names`: the central table, with the tensor column
@@ -407,7 +418,12 @@ fn results_table_ui(
     let with_ref = results.iter().any(|r| r.reference.is_some());
     let full = names.is_some();
     let prefix = if full {
-        common_prefix(results)
+        common_prefix(
+            &results
+                .iter()
+                .map(|r| r.tensor.as_str())
+                .collect::<Vec<_>>(),
+        )
     } else {
         String::new()
     };
@@ -683,5 +699,28 @@ pub fn stream_line_ui(spot: &SpotView, ui: &mut egui::Ui) {
     });
     if cancel {
         spot.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::common_prefix;
+
+    #[test]
+    fn the_shared_prefix_ends_at_a_dot_and_keeps_the_word_of_a_number() {
+        let p = |names: &[&str]| common_prefix(names);
+        assert_eq!(
+            p(&[
+                "m.decoder.layers.3.experts.up",
+                "m.decoder.layers.0.experts.up"
+            ]),
+            "m.decoder."
+        );
+        assert_eq!(p(&["lm.model.embed", "lm.model.norm"]), "lm.model.");
+        // Never part of a word: `proj` and `projection` share `lm.`, not `lm.proj`.
+        assert_eq!(p(&["lm.proj.w", "lm.projection.w"]), "lm.");
+        assert_eq!(p(&["only.one"]), "");
+        assert_eq!(p(&["a.b", "c.d"]), "");
+        assert_eq!(p(&["3.x", "4.x"]), "");
     }
 }
