@@ -3,9 +3,10 @@
 # C++ compiler gets) and checks that everything but the spot checks works:
 # a sample is written and audits valid, and `spotcheck` refuses with exit 2
 # and says how to enable MLX. Built through `cargo test --no-run` so that
-# the dependencies resolve with the same features as the test build and are
-# reused: only bundlescope itself compiles again (the next default build
-# compiles it back).
+# the dependencies resolve with the same features as the test build (and
+# Cargo.toml pins proc-macro2's span-locations, which cxx-build would
+# otherwise be alone in turning on) and are reused: only bundlescope itself
+# compiles again (the next default build compiles it back).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --profile ci --no-default-features --features gui --test engine --no-run 2>&1 | tail -n 1
