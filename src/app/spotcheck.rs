@@ -384,10 +384,7 @@ fn common_prefix(names: &[&str]) -> String {
     let mut prefix = *first;
     for n in &names[1..] {
         while !n.starts_with(prefix) {
-            prefix = match prefix[..prefix.len().saturating_sub(1)].rfind('.') {
-                Some(k) => &prefix[..=k],
-                None => "",
-            };
+            prefix = parent(prefix);
         }
     }
     let mut prefix = match prefix.rfind('.') {
@@ -399,12 +396,17 @@ fn common_prefix(names: &[&str]) -> String {
         .iter()
         .any(|n| n[prefix.len()..].starts_with(|c: char| c.is_ascii_digit()))
     {
-        prefix = match prefix[..prefix.len().saturating_sub(1)].rfind('.') {
-            Some(k) => &prefix[..=k],
-            None => "",
-        };
+        prefix = parent(prefix);
     }
     prefix.to_string()
+}
+
+/// `a.b.c` → `a.b.`, `a.b.` → `a.`, `a` → ``: the prefix one dotted word up.
+fn parent(prefix: &str) -> &str {
+    match prefix[..prefix.len().saturating_sub(1)].rfind('.') {
+        Some(k) => &prefix[..=k],
+        None => "",
+    }
 }
 
 /// One row per result. `names`: the central table, with the tensor column

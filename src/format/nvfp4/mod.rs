@@ -130,7 +130,6 @@ pub fn parse(
     }
 }
 
-/// Sort key that orders `layers.10` after `layers.9`.
 fn info(t: StTensor, file: usize) -> TensorInfo {
     let precision = if is_expert(&t.name).is_some() {
         match t.name.rsplit('.').next() {
