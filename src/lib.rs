@@ -9,11 +9,13 @@
 pub mod app;
 pub mod audit;
 pub mod decode;
+pub mod finding;
 pub mod format;
 pub mod mlx;
 pub mod report;
 pub mod sample;
 pub mod spotcheck;
+pub mod util;
 
 /// The tool's name and version as they appear in reports.
 pub const TOOL_NAME: &str = "bundlescope";

@@ -52,7 +52,7 @@ impl AuditCache {
     /// The user's cache folder, `…/bundlescope/audits`.
     pub fn default_location() -> Option<Self> {
         Some(Self::new(
-            crate::sample::cache_base()
+            crate::util::paths::cache_base()
                 .join("bundlescope")
                 .join("audits"),
         ))

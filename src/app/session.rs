@@ -4,14 +4,14 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::audit::{AuditHandle, Event, Failure, Severity};
+use crate::audit::{AuditHandle, CheckId, Event, Failure, Severity};
 use crate::report::ReportBuilder;
 
 /// One line of the stream panel's check log.
 #[derive(Debug, Clone)]
 pub struct LogRow {
     /// Check id.
-    pub check: String,
+    pub check: CheckId,
     /// Tensor it concerns.
     pub tensor: Option<String>,
     /// `None` for a pass, else the finding's severity.
@@ -82,7 +82,7 @@ impl Session {
                     .collect();
             }
             Event::Passed { check, tensor } => self.log.push(LogRow {
-                check: check.to_string(),
+                check: *check,
                 tensor: tensor.clone(),
                 severity: None,
                 message: None,
@@ -90,7 +90,7 @@ impl Session {
             Event::Finding(f) => {
                 self.note_finding(f);
                 self.log.push(LogRow {
-                    check: f.check.clone(),
+                    check: f.check,
                     tensor: f.tensor.clone(),
                     severity: Some(f.severity),
                     message: Some(f.message.clone()),

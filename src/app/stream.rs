@@ -98,7 +98,7 @@ pub fn stream_ui(app: &mut App, ui: &mut egui::Ui) {
                         Some(Severity::Info) => ("ℹ", ui.visuals().text_color()),
                     };
                     ui.label(RichText::new(mark).color(color));
-                    ui.label(RichText::new(&r.check).monospace());
+                    ui.label(RichText::new(r.check.as_str()).monospace());
                     if let Some(t) = &r.tensor {
                         ui.label(RichText::new(t).weak());
                     }

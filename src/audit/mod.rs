@@ -1,21 +1,20 @@
 //! The audit: every check and the single pass over the payload, as a stream
 //! of [`Event`]s from a named worker thread. It never prints.
 
-pub mod checks;
-pub mod finding;
 mod pass;
 pub mod scan;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::decode::stats::TensorStats;
+pub use crate::finding::{CheckId, Finding, Severity, checks};
 use crate::format::{self, Bundle, OpenError};
-pub use finding::{Finding, Severity};
+pub use crate::util::CancelToken;
 
 /// A file the audit will read.
 #[derive(Debug, Clone)]
@@ -41,7 +40,7 @@ pub enum Event {
     /// A check that passed (failures arrive as [`Event::Finding`]).
     Passed {
         /// Check id.
-        check: &'static str,
+        check: CheckId,
         /// The tensor it concerns, if any.
         tensor: Option<String>,
     },
@@ -106,22 +105,6 @@ pub enum Failure {
     /// The user cancelled it.
     #[error("cancelled")]
     Cancelled,
-}
-
-/// Cancels an audit from any thread; the worker checks it between chunks.
-#[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
-
-impl CancelToken {
-    /// Asks the audit to stop.
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-
-    /// Has cancellation been asked for?
-    pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
 }
 
 /// Options of one audit.
@@ -250,7 +233,7 @@ impl Counter {
 }
 
 /// The checks that only need the manifest, reported as pass or finding.
-const MANIFEST_CHECKS: &[&str] = &[
+const MANIFEST_CHECKS: &[CheckId] = &[
     checks::MANIFEST_FIELD,
     checks::MANIFEST_GROUP_SIZE,
     checks::MANIFEST_TIED,
@@ -278,8 +261,8 @@ fn audit_bundle(bundle: &Bundle, options: &Options, cancel: &CancelToken, emit: 
     for f in &bundle.findings {
         emit(Event::Finding(f.clone()));
     }
-    for check in MANIFEST_CHECKS {
-        if !bundle.findings.iter().any(|f| f.check == *check) {
+    for &check in MANIFEST_CHECKS {
+        if !bundle.findings.iter().any(|f| f.check == check) {
             emit(Event::Passed {
                 check,
                 tensor: None,

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::checks as c;
 use super::scan::Scanner;
-use super::{CancelToken, Event, FileStart, Finding, Options, Sink};
+use super::{CancelToken, CheckId, Event, FileStart, Finding, Options, Sink};
 use crate::format::{Bundle, PayloadFile, hex, read_capped, sha256_hex};
 
 /// Default bytes per read.
@@ -384,15 +384,15 @@ fn finish_tensor(bundle: &Bundle, s: Scanner, emit: Sink) {
     let name = &bundle.tensors[index].name;
     let ok = out.findings.is_empty();
     use crate::format::Layout;
-    let value_checks: &[&'static str] = match bundle.tensors[index].layout {
+    let value_checks: &[CheckId] = match bundle.tensors[index].layout {
         Some(Layout::Dense { .. }) => &[c::DENSE_FINITE],
         Some(Layout::Packed { .. }) => &[c::PACKED_RESERVED_CODE, c::PACKED_SCALES],
         Some(Layout::E4m3 { .. }) => &[c::E4M3_SCALES],
         Some(Layout::GlobalScale { .. }) => &[c::GLOBAL_SCALE],
         _ => &[],
     };
-    for check in value_checks {
-        if !out.findings.iter().any(|f| f.check == *check) {
+    for &check in value_checks {
+        if !out.findings.iter().any(|f| f.check == check) {
             emit(Event::Passed {
                 check,
                 tensor: Some(name.clone()),

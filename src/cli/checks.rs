@@ -1,7 +1,7 @@
 //! `bundlescope checks`: every check id and its rule.
 
 use anyhow::Result;
-use bundlescope::audit::checks::ALL;
+use bundlescope::finding::checks::ALL;
 
 /// Arguments of `checks`.
 #[derive(clap::Args)]
@@ -12,7 +12,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let width = ALL.iter().map(|c| c.id.len()).max().unwrap_or(0);
+    let width = ALL.iter().map(|c| c.id.as_str().len()).max().unwrap_or(0);
     for c in ALL {
         if a.markdown {
             println!("| `{}` | {} |", c.id, c.rule);

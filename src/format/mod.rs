@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::audit::finding::Finding;
+use crate::finding::Finding;
 
 /// Largest manifest bundlescope reads. 2000 records with every field fit in
 /// well under 2 MiB; 64 MiB leaves room and still bounds the allocation.

@@ -17,8 +17,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::audit::checks as c;
-use crate::audit::finding::Finding;
+use crate::finding::Finding;
+use crate::finding::checks as c;
 
 /// Largest header bundlescope parses (the `safetensors` crate's own limit).
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;

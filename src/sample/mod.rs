@@ -4,7 +4,6 @@
 
 pub mod nvfp4;
 pub mod reference;
-mod rng;
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
@@ -18,7 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::decode::{self, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::format::audio8::{EMBED, LM_HEAD, full8_grid};
 use crate::format::{DenseDtype, PackedKind, hex};
-pub use rng::Rng;
+pub use crate::util::Rng;
 
 /// Which format to write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -432,29 +431,9 @@ pub fn packed_record(name: &str, kind: PackedKind, rows: u64, cols: u64, offset:
     rec
 }
 
-/// The user's cache folder: `$XDG_CACHE_HOME`, `~/Library/Caches` on macOS,
-/// `~/.cache` elsewhere, the temp folder as a last resort.
-pub fn cache_base() -> PathBuf {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| {
-                let h = PathBuf::from(h);
-                if cfg!(target_os = "macos") {
-                    h.join("Library/Caches")
-                } else {
-                    h.join(".cache")
-                }
-            })
-        })
-        .unwrap_or_else(std::env::temp_dir)
-}
-
 /// The demo bundle, written once into the user's cache folder.
 pub fn demo_bundle() -> Result<PathBuf> {
-    let dir = cache_base()
-        .join("bundlescope")
-        .join(format!("demo-{}", crate::TOOL_VERSION));
+    let dir = crate::util::paths::app_cache().join(format!("demo-{}", crate::TOOL_VERSION));
     if !dir.join("manifest.json").exists() {
         // Written beside, then renamed, so a half-written demo is never opened;
         // unique per call so two writers at once do not collide.

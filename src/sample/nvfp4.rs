@@ -8,11 +8,11 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use super::rng::Rng;
 use crate::decode::f32_to_bf16;
 use crate::decode::nvfp4::{self, GROUP};
 use crate::format::hex;
 use crate::format::safetensors::{self, WriteTensor};
+use crate::util::Rng;
 
 /// What to write.
 #[derive(Debug, Clone)]

@@ -37,22 +37,20 @@ use std::time::Instant;
 use memmap2::Mmap;
 use serde::Serialize;
 
-use crate::audit::finding::Finding;
 use crate::decode::dequant::{dequantize_rows, row_bytes, row_scale_bytes};
 use crate::decode::{bf16_to_f32, f32_to_bf16};
+use crate::finding::Finding;
 use crate::format::audio8::{EMBED, LM_HEAD};
 use crate::format::{Bundle, Layout, PackedKind, TensorInfo};
 use crate::mlx::{self, AffineWeights, Device, Floats, MlxError, OutDtype};
-use crate::sample::Rng;
+use crate::util::Rng;
 pub use reference::{Agreement, Checkpoint, Quality, Thresholds};
 use repack::{Meta, MetaDtype};
 
-/// Check id of a tensor whose MLX product disagrees with the reference.
-pub const CHECK_MLX: &str = "spotcheck.mlx";
-/// Check id of embedding rows MLX gathers differently from the decoder.
-pub const CHECK_EMBEDDING: &str = "spotcheck.embedding";
-/// Check id of a tensor too far from its unquantised source.
-pub const CHECK_REFERENCE: &str = "spotcheck.reference";
+pub use crate::finding::checks::{
+    SPOTCHECK_EMBEDDING as CHECK_EMBEDDING, SPOTCHECK_MLX as CHECK_MLX,
+    SPOTCHECK_REFERENCE as CHECK_REFERENCE,
+};
 
 /// Tolerance on the relative error for float32 inputs.
 pub const TOL_F32: f64 = 1e-5;

@@ -13,8 +13,8 @@ use std::time::Instant;
 use super::{
     CHECK_MLX, Kind, Options, Payload, SpotError, SpotResult, random_x, reference, sample_rows,
 };
-use crate::audit::finding::Finding;
 use crate::decode::nvfp4::{GROUP, dequantize_expert};
+use crate::finding::Finding;
 use crate::format::{Bundle, Layout, TensorInfo, nvfp4};
 use crate::mlx::{self, Nvfp4Path};
 

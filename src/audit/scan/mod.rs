@@ -8,10 +8,10 @@ use tally::*;
 
 use rayon::prelude::*;
 
-use crate::audit::checks as c;
-use crate::audit::finding::Finding;
 use crate::decode::stats::{self, CodeCounts, Moments, Pattern16, Quality, TensorStats};
 use crate::decode::{self, bf16_to_f32, f16_to_f32};
+use crate::finding::Finding;
+use crate::finding::checks as c;
 use crate::format::{DenseDtype, Layout, PackedKind, TensorInfo};
 
 /// Partial-unit carry: hands whole units of `unit` bytes to a callback,

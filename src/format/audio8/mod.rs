@@ -13,8 +13,8 @@ use super::json::{kind, uint};
 use super::{
     Bundle, FormatKind, Layout, PayloadFile, Precision, Provenance, TensorInfo, sha256_hex,
 };
-use crate::audit::checks as c;
-use crate::audit::finding::Finding;
+use crate::finding::checks as c;
+use crate::finding::{CheckId, Finding};
 use records::{aliases, dense, packed};
 
 /// Most tensor records a bundle may list.
@@ -314,7 +314,7 @@ impl Records {
                 format!("tensors[{i}]")
             }
         };
-        let err = |check: &str, field: &str, msg: String| {
+        let err = |check: CheckId, field: &str, msg: String| {
             Finding::error(check, msg).tensor(&name).field(field)
         };
         if !self.names.insert(name.clone()) {

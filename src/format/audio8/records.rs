@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use serde_json::{Map, Value, json};
 
 use super::{EMBED, GROUP, LM_HEAD, MAX_COLS, MAX_DENSE_BYTES, MAX_ROWS, full8_grid};
-use crate::audit::checks as c;
-use crate::audit::finding::Finding;
+use crate::finding::checks as c;
+use crate::finding::{CheckId, Finding};
 use crate::format::json::{kind, uint};
 use crate::format::{DenseDtype, Layout, PackedKind, Precision, TensorInfo};
 
@@ -17,7 +17,7 @@ pub(super) fn dense(
     bytes: Option<u64>,
     f: &mut Vec<Finding>,
 ) -> Option<Layout> {
-    let err = |check: &str, field: &str, msg: String| {
+    let err = |check: CheckId, field: &str, msg: String| {
         Finding::error(check, msg).tensor(name).field(field)
     };
     let mut ok = true;
@@ -122,7 +122,7 @@ pub(super) fn packed(
     bytes: Option<u64>,
     f: &mut Vec<Finding>,
 ) -> Option<Layout> {
-    let err = |check: &str, field: &str, msg: String| {
+    let err = |check: CheckId, field: &str, msg: String| {
         Finding::error(check, msg).tensor(name).field(field)
     };
     let mut ok = true;

@@ -14,8 +14,8 @@ use super::{
     Bundle, DenseDtype, FormatKind, Layout, PayloadFile, Precision, Provenance, TensorInfo,
     json::kind, sha256_hex,
 };
-use crate::audit::checks as c;
-use crate::audit::finding::Finding;
+use crate::finding::Finding;
+use crate::finding::checks as c;
 
 /// The one layout bundlescope audits.
 pub const LAYOUT: &str = "stacked-global-scale";

@@ -1,6 +1,12 @@
 //! Findings are data: the GUI filters them and the report serialises them.
+//! The bottom of the house: `format/`, `audit/`, `spotcheck/` and both faces
+//! use it, and it imports nothing of theirs.
+
+pub mod checks;
 
 use serde::{Deserialize, Serialize};
+
+pub use checks::CheckId;
 
 /// How bad a finding is. Any `Error` makes the verdict `invalid`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -30,8 +36,8 @@ impl Severity {
 pub struct Finding {
     /// How bad it is.
     pub severity: Severity,
-    /// Stable check id, e.g. `packed.reserved_code` (see [`crate::audit::checks`]).
-    pub check: String,
+    /// Stable check id, e.g. `packed.reserved_code` (see [`checks`]).
+    pub check: CheckId,
     /// What a person reads: what was expected and what was found.
     pub message: String,
     /// The tensor it concerns, if any.
@@ -44,24 +50,24 @@ pub struct Finding {
 
 impl Finding {
     /// An error of check `check`.
-    pub fn error(check: &str, message: impl Into<String>) -> Self {
+    pub fn error(check: CheckId, message: impl Into<String>) -> Self {
         Self::new(Severity::Error, check, message)
     }
 
     /// A warning of check `check`.
-    pub fn warning(check: &str, message: impl Into<String>) -> Self {
+    pub fn warning(check: CheckId, message: impl Into<String>) -> Self {
         Self::new(Severity::Warning, check, message)
     }
 
     /// An informational finding of check `check`.
-    pub fn info(check: &str, message: impl Into<String>) -> Self {
+    pub fn info(check: CheckId, message: impl Into<String>) -> Self {
         Self::new(Severity::Info, check, message)
     }
 
-    fn new(severity: Severity, check: &str, message: impl Into<String>) -> Self {
+    fn new(severity: Severity, check: CheckId, message: impl Into<String>) -> Self {
         Self {
             severity,
-            check: check.to_string(),
+            check,
             message: message.into(),
             tensor: None,
             field: None,

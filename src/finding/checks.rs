@@ -1,26 +1,94 @@
 //! Every check bundlescope makes, with its stable id. Ids are public
 //! interface: reports, CI gates and tests refer to them.
+//!
+//! A [`CheckId`] can only be made here, by the `checks!` registry, so a
+//! misspelt id does not compile and every id a finding carries is documented.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// A registered check's stable id (`packed.scales`, …). Made only by the
+/// registry below; compare, print or serialise it as its string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CheckId(&'static str);
+
+impl CheckId {
+    /// The id as it appears in reports.
+    pub const fn as_str(self) -> &'static str {
+        self.0
+    }
+
+    /// The registered check with this id (audit or spot check), if any.
+    pub fn lookup(id: &str) -> Option<CheckId> {
+        ALL.iter()
+            .chain(SPOT_CHECKS)
+            .find(|c| c.id.0 == id)
+            .map(|c| c.id)
+    }
+
+    /// The rule this check verifies.
+    pub fn rule(self) -> &'static str {
+        ALL.iter()
+            .chain(SPOT_CHECKS)
+            .find(|c| c.id == self)
+            .map_or("", |c| c.rule)
+    }
+}
+
+impl fmt::Display for CheckId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl PartialEq<str> for CheckId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+impl PartialEq<&str> for CheckId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl Serialize for CheckId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for CheckId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let id = String::deserialize(d)?;
+        CheckId::lookup(&id)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown check id {id:?}")))
+    }
+}
 
 /// A check's id and what it verifies, for documentation and the GUI.
 pub struct CheckInfo {
     /// Stable id, as it appears in findings.
-    pub id: &'static str,
+    pub id: CheckId,
     /// One line on what the check requires.
     pub rule: &'static str,
 }
 
 macro_rules! checks {
-    ($( $konst:ident = $id:literal : $rule:literal ;)*) => {
+    ($list:ident: $( $konst:ident = $id:literal : $rule:literal ;)*) => {
         $(
             #[doc = $rule]
-            pub const $konst: &str = $id;
+            pub const $konst: CheckId = CheckId($id);
         )*
-        /// All checks, in the order they are documented.
-        pub const ALL: &[CheckInfo] = &[ $( CheckInfo { id: $id, rule: $rule } ),* ];
+        /// Every check of this list, in the order they are documented.
+        pub const $list: &[CheckInfo] = &[ $( CheckInfo { id: $konst, rule: $rule } ),* ];
     };
 }
 
 checks! {
+    ALL:
     MANIFEST_FIELD = "manifest.field": "every required manifest key is present with the right JSON type";
     MANIFEST_GROUP_SIZE = "manifest.group_size": "the bundle's group_size is 64";
     MANIFEST_TIED = "manifest.tie_word_embeddings": "tie_word_embeddings is true";
@@ -61,16 +129,38 @@ checks! {
     NVFP4_DTYPE = "nvfp4.dtype": "every tensor outside the experts is BF16";
 }
 
+checks! {
+    SPOT_CHECKS:
+    SPOTCHECK_MLX = "spotcheck.mlx": "MLX's quantized_matmul of the packed bytes agrees with the decoder's f64 product within the dtype's tolerance";
+    SPOTCHECK_EMBEDDING = "spotcheck.embedding": "the tied embedding's rows gathered through MLX's dequantize equal the decoder's bit for bit";
+    SPOTCHECK_REFERENCE = "spotcheck.reference": "against the reference checkpoint, the output error and the worst group stay within the precision's bounds";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn ids_are_unique() {
-        let mut ids: Vec<_> = ALL.iter().map(|c| c.id).collect();
+        let mut ids: Vec<_> = ALL.iter().chain(SPOT_CHECKS).map(|c| c.id).collect();
         ids.sort_unstable();
         let before = ids.len();
         ids.dedup();
         assert_eq!(before, ids.len());
+    }
+}
+
+#[cfg(test)]
+mod serde_tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_through_json_and_unknown_ids_are_refused() {
+        let json = serde_json::to_string(&PACKED_SCALES).unwrap();
+        assert_eq!(json, "\"packed.scales\"");
+        let back: CheckId = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, PACKED_SCALES);
+        assert!(serde_json::from_str::<CheckId>("\"packed.scalez\"").is_err());
+        assert_eq!(CheckId::lookup("spotcheck.mlx"), Some(SPOTCHECK_MLX));
     }
 }
