@@ -21,6 +21,9 @@ fi
 echo "== cargo fmt --check"
 cargo fmt --check
 
+echo "== cargo clippy --all-targets (warnings are errors)"
+cargo clippy --profile ci --all-targets -- -D warnings
+
 echo "== cargo test"
 cargo test --profile ci --lib --bins --tests 2>&1
 

@@ -153,13 +153,41 @@ fn unreadable_payload_is_a_finding() {
     use std::os::unix::fs::PermissionsExt;
     let b = TestBundle::v2();
     fs::set_permissions(b.payload(), fs::Permissions::from_mode(0o000)).unwrap();
-    if fs::File::open(b.payload()).is_ok() {
-        eprintln!("SKIPPED: running as root, permissions do not stop reads");
-        return;
-    }
-    let run = cli(&["audit", b.dir.to_str().unwrap(), "--json"]);
-    assert_eq!(run.code, 1);
-    assert!(error_checks(&run.json()).contains(&"payload.file".to_string()));
+    let args = ["audit", b.dir.to_str().unwrap(), "--json"];
+    let run = if fs::File::open(b.payload()).is_ok() {
+        // Root reads through permissions (and CI runs as root): audit as
+        // `nobody` instead, which the mode 000 does stop.
+        open_to_all(b.tmp.path(), &b.dir);
+        fs::set_permissions(
+            b.dir.join("manifest.json"),
+            fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        match cli_as_nobody(&args) {
+            Some(run) => run,
+            None => {
+                assert!(
+                    require_or_skip("running the audit as `nobody` (setpriv)", false),
+                    "unreachable"
+                );
+                return;
+            }
+        }
+    } else {
+        cli(&args)
+    };
+    assert_eq!(
+        run.code, 1,
+        "stdout: {}\nstderr: {}",
+        run.stdout, run.stderr
+    );
+    let report = run.json();
+    assert_eq!(error_checks(&report), ["payload.file"], "{report:#}");
+    let f = findings_of(&report, "payload.file");
+    assert!(
+        f[0]["message"].as_str().unwrap().contains("weights.bin"),
+        "the finding names the file: {f:?}"
+    );
 }
 
 #[test]

@@ -137,9 +137,43 @@ pub fn bin() -> PathBuf {
 /// Runs the real binary with a 120 s guard against hangs. Output is read on
 /// threads while waiting, so a large report cannot fill the pipe and stall.
 pub fn cli(args: &[&str]) -> Run {
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    run_guarded(cmd, args)
+}
+
+/// Runs the real binary as the unprivileged user `nobody` (through
+/// `setpriv`), for the cases that file permissions decide and that root, as
+/// CI runs, would read through. `None` when that is not possible here.
+/// `dirs` must be made traversable first (see [`open_to_all`]).
+pub fn cli_as_nobody(args: &[&str]) -> Option<Run> {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(bin())
+        .args(args);
+    let run = run_guarded(cmd, args);
+    // 126/127: setpriv or the binary could not be started as nobody.
+    (run.code != 126 && run.code != 127 && !run.stderr.contains("setpriv:")).then_some(run)
+}
+
+/// Lets every user enter `dir` and its ancestors up to `top` (a temp folder
+/// is 0700), so a test can run the binary as `nobody`.
+#[cfg(unix)]
+pub fn open_to_all(top: &Path, dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = Some(dir);
+    while let Some(p) = d {
+        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
+        if p == top {
+            break;
+        }
+        d = p.parent();
+    }
+}
+
+fn run_guarded(mut cmd: Command, args: &[&str]) -> Run {
     use std::io::Read;
-    let mut child = Command::new(bin())
-        .args(args)
+    let mut child = cmd
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
