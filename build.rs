@@ -131,8 +131,9 @@ fn fail(tried: &[String]) -> ! {
         msg.push_str(&format!("  - {t}\n"));
     }
     msg.push_str(&format!(
-        "\nInstall it into the project (what scripts/test.sh does), then build again:\n\n    \
-         python3 -m pip install --target .pydeps {wheel} numpy\n\n\
+        "\nInstall it into the project, then build again:\n\n    \
+         ./scripts/install-mlx.sh\n\n\
+         (it finds a Python >= 3.10 and runs pip install --target .pydeps {wheel} numpy), \
          or point MLX_DIR at a folder with include/mlx/ and lib/libmlx.*, \
          or build without spot checks: cargo build --no-default-features --features gui\n"
     ));

@@ -28,4 +28,9 @@ if otool -L target/release/bundlescope | grep -q libmlx; then
   cp "$mlx_lib/libmlx.dylib" "$app/Contents/MacOS/"
   [ -f "$mlx_lib/mlx.metallib" ] && cp "$mlx_lib/mlx.metallib" "$app/Contents/MacOS/"
 fi
-echo "wrote $app"
+# Apple Silicon refuses to load unsigned code, and the copied dylib broke
+# the linker's signature: sign the whole app ad hoc (no identity; the first
+# open goes through Gatekeeper, see the README), then check the result.
+codesign --force --deep -s - "$app"
+codesign --verify --deep --strict "$app"
+echo "wrote $app (ad-hoc signed)"

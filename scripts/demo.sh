@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Opens the app on the built-in demo bundle: installs MLX into .pydeps/
 # when missing (the spot checks link it), builds, runs `bundlescope --demo`.
+# Where MLX has no wheel (an Intel Mac) it builds without spot checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-mlx.sh
-exec cargo run --release -- --demo "$@"
+. scripts/platform.sh
+# shellcheck disable=SC2086 # CARGO_FEATURES is a list of flags
+exec cargo run --release $CARGO_FEATURES -- --demo "$@"

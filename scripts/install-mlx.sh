@@ -2,14 +2,30 @@
 # Installs MLX 0.32.4 (C++ library, headers and Python package) and numpy
 # into the project-local, git-ignored .pydeps/ unless they are already
 # there: the build links the library (build.rs), the tests run the Python
-# side. Linux gets the CPU wheel, macOS the Metal one. Safe to re-run.
+# side. Linux gets the CPU wheel, macOS the Metal one. The Python that
+# installed them is recorded as .pydeps/python, which the tests use. Where
+# MLX has no wheel (an Intel Mac, macOS < 14) it installs only numpy, says
+# so, and the scripts build without the `mlx` feature. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "$(uname)" = Darwin ]; then wheel="mlx==0.32.4"; else wheel="mlx[cpu]==0.32.4"; fi
-if PYTHONPATH=.pydeps python3 -c "import mlx.core, numpy" 2>/dev/null \
-   && [ -d .pydeps/mlx/include/mlx ] && ls .pydeps/mlx/lib/libmlx.* >/dev/null 2>&1; then
+. scripts/platform.sh
+if [ -z "$PY" ]; then
+  echo "bundlescope needs Python 3.10 or later with pip (found none among python3, python3.13 ... python3.10 and Homebrew's); install one (macOS: brew install python@3.12; Debian/Ubuntu: apt install python3 python3-pip) or set BUNDLESCOPE_PYTHON, then run this again." >&2
+  exit 1
+fi
+if [ "$MLX_OK" = 1 ]; then
+  if [ "$(uname)" = Darwin ]; then wheel="mlx==0.32.4"; else wheel="mlx[cpu]==0.32.4"; fi
+  have="import mlx.core, numpy"
+else
+  echo "== no MLX here: $MLX_WHY; building without the mlx feature (no spot checks)" >&2
+  wheel=""
+  have="import numpy"
+fi
+if [ -x .pydeps/python ] && PYTHONPATH=.pydeps .pydeps/python -c "$have" 2>/dev/null \
+   && { [ "$MLX_OK" = 0 ] || { [ -d .pydeps/mlx/include/mlx ] && ls .pydeps/mlx/lib/libmlx.* >/dev/null 2>&1; }; }; then
   exit 0
 fi
-echo "== installing $wheel and numpy into .pydeps"
+echo "== installing ${wheel:+$wheel and }numpy into .pydeps with $PY"
 rm -rf .pydeps
-python3 -m pip install --quiet --disable-pip-version-check --target .pydeps "$wheel" numpy
+"$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target .pydeps $wheel numpy
+ln -s "$("$PY" -c 'import sys; print(sys.executable)')" .pydeps/python

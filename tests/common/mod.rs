@@ -244,11 +244,20 @@ pub fn shared_dir() -> PathBuf {
         .join("shared")
 }
 
-/// The Python that has mlx and numpy: BUNDLESCOPE_PYTHON, else python3 with
-/// the project-local `.pydeps` folder on its path.
+/// The Python that has mlx and numpy: BUNDLESCOPE_PYTHON, else the one that
+/// installed the project-local `.pydeps` (`.pydeps/python`, which may be a
+/// python3.12 where python3 is too old), else python3; with `.pydeps` on its
+/// path.
 pub fn python() -> (String, Option<PathBuf>) {
-    let py = std::env::var("BUNDLESCOPE_PYTHON").unwrap_or_else(|_| "python3".into());
     let deps = Path::new(env!("CARGO_MANIFEST_DIR")).join(".pydeps");
+    let recorded = deps.join("python");
+    let py = std::env::var("BUNDLESCOPE_PYTHON").unwrap_or_else(|_| {
+        if recorded.exists() {
+            recorded.display().to_string()
+        } else {
+            "python3".into()
+        }
+    });
     (py, deps.is_dir().then_some(deps))
 }
 
