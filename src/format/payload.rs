@@ -438,6 +438,106 @@ mod tests {
     }
 
     #[test]
+    fn tensor_bytes_are_the_record_range_and_checked_against_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("b");
+        crate::sample::write(&dir, &crate::sample::SampleOptions::default()).unwrap();
+        let bundle = crate::format::open(&dir).unwrap();
+        let whole = fs::read(&bundle.files[0].path).unwrap();
+        let payload = Payload::open(&bundle);
+        let mut last = None;
+        for (i, t) in bundle.tensors.iter().enumerate() {
+            let Some((start, end)) = t.range() else {
+                assert!(t.alias_of.is_some(), "{}", t.name);
+                continue;
+            };
+            let got = payload.tensor_bytes(i).unwrap();
+            assert_eq!(got, &whole[start as usize..end as usize], "{}", t.name);
+            last = Some((i, start, end));
+        }
+        // An alias resolves to its target; the tied head to the embedding.
+        let head = bundle.find(crate::format::audio8::LM_HEAD).unwrap();
+        let embed = bundle.find(crate::format::audio8::EMBED).unwrap();
+        assert_eq!(bundle.resolve_alias(head).unwrap(), embed);
+        assert_eq!(bundle.resolve_alias(embed).unwrap(), embed);
+        assert!(matches!(
+            bundle.resolve_alias(usize::MAX),
+            Err(PayloadError::NoTensor { .. })
+        ));
+        // Cut the file inside the last tensor: its bytes are refused with
+        // file, tensor and offsets, not read past the end.
+        let (i, start, end) = last.unwrap();
+        let cut = tmp.path().join("cut");
+        fs::create_dir(&cut).unwrap();
+        fs::write(cut.join("manifest.json"), &bundle.manifest_bytes).unwrap();
+        fs::write(cut.join(&bundle.files[0].name), &whole[..end as usize - 1]).unwrap();
+        let cut_bundle = crate::format::open(&cut).unwrap();
+        let e = Payload::open(&cut_bundle).tensor_bytes(i).unwrap_err();
+        match &e {
+            PayloadError::OutOfBounds {
+                file,
+                tensor,
+                start: s,
+                end: en,
+                len,
+            } => {
+                assert_eq!(file, &bundle.files[0].name);
+                assert_eq!(tensor, &bundle.tensors[i].name);
+                assert_eq!((*s, *en, *len), (start, end, end - 1));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn broken_aliases_end_in_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("b");
+        crate::sample::write(&dir, &crate::sample::SampleOptions::default()).unwrap();
+        let mut bundle = crate::format::open(&dir).unwrap();
+        let head = bundle.find(crate::format::audio8::LM_HEAD).unwrap();
+        bundle.tensors[head].alias_of = Some("nowhere".into());
+        assert!(matches!(
+            bundle.resolve_alias(head),
+            Err(PayloadError::DanglingAlias { .. })
+        ));
+        let name = bundle.tensors[head].name.clone();
+        bundle.tensors[head].alias_of = Some(name);
+        assert!(matches!(
+            bundle.resolve_alias(head),
+            Err(PayloadError::AliasCycle { .. })
+        ));
+    }
+
+    #[test]
+    fn expert_siblings_are_found_from_any_member() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("nv");
+        crate::sample::nvfp4::write(&dir, &crate::sample::nvfp4::Nvfp4Options::default()).unwrap();
+        let bundle = crate::format::open(&dir).unwrap();
+        let base = "model.decoder.layers.0.experts.down_proj";
+        let want = ExpertSiblings {
+            weight: bundle.find(&format!("{base}.weight")).unwrap(),
+            scales: bundle.find(&format!("{base}.scales")).unwrap(),
+            global_scale: bundle.find(&format!("{base}.global_scale")).unwrap(),
+        };
+        for member in [want.weight, want.scales, want.global_scale] {
+            assert_eq!(bundle.expert_siblings(member).unwrap(), want);
+        }
+        let norm = bundle.find("model.norm.weight").unwrap();
+        assert!(matches!(
+            bundle.expert_siblings(norm),
+            Err(PayloadError::NotExpert { .. })
+        ));
+        let mut partial = bundle.clone();
+        partial.tensors[want.scales].name = "renamed".into();
+        assert!(matches!(
+            partial.expert_siblings(want.weight),
+            Err(PayloadError::MissingSibling { .. })
+        ));
+    }
+
+    #[test]
     fn payload_is_send_and_sync() {
         fn both<T: Send + Sync>() {}
         both::<Payload>();

@@ -82,3 +82,17 @@ fn mlx_exceptions_become_errors() {
         other => panic!("expected an MLX error, got {other:?}"),
     }
 }
+
+#[cfg(feature = "mlx")]
+#[test]
+fn gather_qmm_with_a_global_scale_is_refused_on_the_cpu_before_mlx_runs() {
+    // One expert, 4×64 of zero codes: the lengths agree, so only the
+    // device decides.
+    let (x, words, scales) = ([1.0f32; 64], [0u32; 32], [0x38u8; 16]);
+    let e = gather_qmm_nvfp4(Device::Cpu, &x, 1, &words, &scales, &[1.0], 4, 64, 0).unwrap_err();
+    assert!(matches!(e, MlxError::UnsupportedOnCpu { .. }), "{e}");
+    // nvfp4_matmul then takes the CPU's way.
+    let (y, path) = nvfp4_matmul(Device::Cpu, &x, 1, &words, &scales, &[1.0], 4, 64, 0).unwrap();
+    assert_eq!(path, Nvfp4Path::DequantizeMatmul);
+    assert_eq!(y, vec![0.0; 4]);
+}

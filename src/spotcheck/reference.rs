@@ -391,22 +391,52 @@ impl Checkpoint {
     }
 }
 
+/// Why rows of a reference tensor could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// Not a float dtype the comparison reads.
+    #[error("dtype {dtype} (expected BF16, F16 or F32)")]
+    Dtype {
+        /// The dtype as written.
+        dtype: String,
+    },
+    /// A row lies beyond the tensor's bytes (or its offset overflows).
+    #[error("row {row} is outside the tensor's {len} bytes")]
+    RowOutside {
+        /// The row asked for.
+        row: u64,
+        /// The tensor's length in bytes.
+        len: usize,
+    },
+}
+
 impl SourceTensor<'_> {
     /// Rows `rows` of a `[_, cols]` tensor as f64 (`[rows.len(), cols]`).
-    pub fn rows_f64(&self, rows: &[u64], cols: usize) -> Result<Vec<f64>, String> {
+    pub fn rows_f64(&self, rows: &[u64], cols: usize) -> Result<Vec<f64>, SourceError> {
         let size = match self.dtype {
             "F32" => 4,
             "BF16" | "F16" => 2,
-            d => return Err(format!("dtype {d} (expected BF16, F16 or F32)")),
+            d => {
+                return Err(SourceError::Dtype {
+                    dtype: d.to_string(),
+                });
+            }
         };
-        let row_len = cols * size;
-        let mut out = Vec::with_capacity(rows.len() * cols);
+        let row_len = cols.saturating_mul(size);
+        let mut out = Vec::with_capacity(rows.len().saturating_mul(cols));
         for &r in rows {
-            let start = usize::try_from(r).map_err(|e| e.to_string())? * row_len;
-            let b = self
-                .bytes
-                .get(start..start + row_len)
-                .ok_or_else(|| format!("row {r} is outside the tensor's bytes"))?;
+            let outside = SourceError::RowOutside {
+                row: r,
+                len: self.bytes.len(),
+            };
+            let start = usize::try_from(r)
+                .ok()
+                .and_then(|r| r.checked_mul(row_len))
+                .ok_or_else(|| outside.clone())?;
+            let b = start
+                .checked_add(row_len)
+                .and_then(|end| self.bytes.get(start..end))
+                .ok_or(outside)?;
             match self.dtype {
                 "F32" => out.extend(
                     b.chunks_exact(4)
