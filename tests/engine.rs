@@ -257,15 +257,18 @@ fn export_through_a_symlink_to_the_bundle_is_refused() {
     let out = link.join("x.npy");
     let manifest = b.dir.join("manifest.json");
     let link_manifest = link.join("manifest.json");
-    for opened in [&b.dir, &manifest, &link, &link_manifest] {
-        let run = cli(&[
+    let export = |opened: &std::path::Path, out: &std::path::Path| {
+        cli(&[
             "export",
             opened.to_str().unwrap(),
             "--tensor",
             "language_model.model.norm.weight",
             "--out",
             out.to_str().unwrap(),
-        ]);
+        ])
+    };
+    for opened in [&b.dir, &manifest, &link, &link_manifest] {
+        let run = export(opened, &out);
         assert_eq!(run.code, 2, "{}: {}", opened.display(), run.stdout);
         assert!(
             run.stderr.contains("inside the bundle folder"),
@@ -276,14 +279,7 @@ fn export_through_a_symlink_to_the_bundle_is_refused() {
     assert_eq!(std::fs::read_dir(&b.dir).unwrap().count(), before.len());
     // Outside the bundle the same export works.
     let ok = b.tmp.path().join("x.npy");
-    let run = cli(&[
-        "export",
-        link_manifest.to_str().unwrap(),
-        "--tensor",
-        "language_model.model.norm.weight",
-        "--out",
-        ok.to_str().unwrap(),
-    ]);
+    let run = export(&link_manifest, &ok);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(ok.is_file());
 }

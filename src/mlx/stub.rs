@@ -1,7 +1,7 @@
 //! Without the bridge: every call says how to get it.
 
-use super::args::*;
-use super::*;
+use super::args::Arr;
+use super::{Device, MlxError};
 
 pub(super) struct Quantized {
     pub(super) words: Vec<u32>,
@@ -10,75 +10,28 @@ pub(super) struct Quantized {
     pub(super) biases: Vec<f32>,
 }
 
-pub(super) fn version() -> Result<String, MlxError> {
-    Err(MlxError::NotBuilt)
+/// One stand-in per bridge call, with the real call's argument types, so
+/// `super` compiles the same with and without MLX.
+macro_rules! not_built {
+    ($($name:ident($($arg:ty),*) -> $ret:ty;)*) => {$(
+        #[allow(clippy::too_many_arguments)]
+        pub(super) fn $name($(_: $arg),*) -> Result<$ret, MlxError> {
+            Err(MlxError::NotBuilt)
+        }
+    )*};
 }
 
-pub(super) fn default_device() -> Result<String, MlxError> {
-    Err(MlxError::NotBuilt)
-}
-
-pub(super) fn device_available(_: Device) -> Result<(), MlxError> {
-    Err(MlxError::NotBuilt)
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) fn quantized_matmul(
-    _: Device,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: i32,
-    _: i32,
-    _: &str,
-) -> Result<Vec<f32>, MlxError> {
-    Err(MlxError::NotBuilt)
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) fn dequantize(
-    _: Device,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: i32,
-    _: i32,
-    _: &str,
-    _: u8,
-) -> Result<Vec<f32>, MlxError> {
-    Err(MlxError::NotBuilt)
-}
-
-pub(super) fn quantize(
-    _: Device,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: i32,
-    _: i32,
-    _: &str,
-) -> Result<Quantized, MlxError> {
-    Err(MlxError::NotBuilt)
-}
-
-#[allow(clippy::too_many_arguments)]
-pub(super) fn gather_qmm(
-    _: Device,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: &Arr<'_>,
-    _: i32,
-    _: i32,
-    _: &str,
-) -> Result<Vec<f32>, MlxError> {
-    Err(MlxError::NotBuilt)
-}
-
-pub(super) fn matmul_nt(_: Device, _: &Arr<'_>, _: &Arr<'_>) -> Result<Vec<f32>, MlxError> {
-    Err(MlxError::NotBuilt)
+not_built! {
+    version() -> String;
+    default_device() -> String;
+    device_available(Device) -> ();
+    quantized_matmul(Device, &Arr<'_>, &Arr<'_>, &Arr<'_>, &Arr<'_>, i32, i32, &str) -> Vec<f32>;
+    dequantize(
+        Device, &Arr<'_>, &Arr<'_>, &Arr<'_>, &Arr<'_>, &Arr<'_>, i32, i32, &str, u8
+    ) -> Vec<f32>;
+    quantize(Device, &Arr<'_>, &Arr<'_>, i32, i32, &str) -> Quantized;
+    gather_qmm(
+        Device, &Arr<'_>, &Arr<'_>, &Arr<'_>, &Arr<'_>, &Arr<'_>, &Arr<'_>, i32, i32, &str
+    ) -> Vec<f32>;
+    matmul_nt(Device, &Arr<'_>, &Arr<'_>) -> Vec<f32>;
 }
