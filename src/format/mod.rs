@@ -91,14 +91,19 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, OpenError> {
         path: path.to_path_buf(),
         source,
     };
-    let meta = fs::metadata(path).map_err(io)?;
-    if !meta.is_file() {
-        return Err(OpenError::NotABundle {
-            path: path.to_path_buf(),
-            reason: "manifest.json is not a regular file".into(),
-        });
-    }
-    let file = fs::File::open(path).map_err(io)?;
+    // Same rule as payload files: the type is checked before the open and
+    // the open cannot block, so a FIFO named manifest.json is refused.
+    let file = match payload::open_regular("manifest.json", path) {
+        Ok((file, _)) => file,
+        Err(PayloadError::NotRegular { .. }) => {
+            return Err(OpenError::NotABundle {
+                path: path.to_path_buf(),
+                reason: "manifest.json is not a regular file".into(),
+            });
+        }
+        Err(PayloadError::Io { source, .. }) => return Err(io(source)),
+        Err(_) => return Err(io(std::io::ErrorKind::NotFound.into())),
+    };
     let mut bytes = Vec::new();
     file.take(cap + 1).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() as u64 > cap {
@@ -258,6 +263,22 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
 #[cfg(test)]
 mod tests {
     use super::natural_cmp;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_manifest_that_is_a_fifo_is_refused_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = tmp.path().join("manifest.json");
+        let c = std::ffi::CString::new(m.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        match super::open(tmp.path()) {
+            Err(super::OpenError::NotABundle { reason, .. }) => {
+                assert!(reason.contains("not a regular file"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn natural_order_compares_digit_runs_as_numbers() {
