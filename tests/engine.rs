@@ -242,3 +242,63 @@ fn results_do_not_depend_on_chunk_size() {
         assert_eq!(r, &reports[0]);
     }
 }
+
+/// `export`'s guard judges real paths: however the bundle is named on the
+/// command line (its folder, its manifest.json, a symlink to it) and however
+/// the output is named (through a symlink to the bundle), a file inside the
+/// bundle folder is refused and nothing is written there.
+#[cfg(unix)]
+#[test]
+fn export_through_a_symlink_to_the_bundle_is_refused() {
+    let b = TestBundle::v2();
+    let link = b.tmp.path().join("link");
+    std::os::unix::fs::symlink(&b.dir, &link).unwrap();
+    let before: Vec<_> = std::fs::read_dir(&b.dir).unwrap().collect();
+    let out = link.join("x.npy");
+    let manifest = b.dir.join("manifest.json");
+    let link_manifest = link.join("manifest.json");
+    let export = |opened: &std::path::Path, out: &std::path::Path| {
+        cli(&[
+            "export",
+            opened.to_str().unwrap(),
+            "--tensor",
+            "language_model.model.norm.weight",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    for opened in [&b.dir, &manifest, &link, &link_manifest] {
+        let run = export(opened, &out);
+        assert_eq!(run.code, 2, "{}: {}", opened.display(), run.stdout);
+        assert!(
+            run.stderr.contains("inside the bundle folder"),
+            "{}",
+            run.stderr
+        );
+    }
+    assert_eq!(std::fs::read_dir(&b.dir).unwrap().count(), before.len());
+    // Outside the bundle the same export works.
+    let ok = b.tmp.path().join("x.npy");
+    let run = export(&link_manifest, &ok);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(ok.is_file());
+}
+
+/// An error that cannot be opened says its cause once: `OpenError` leaves
+/// the OS error to `source()`, and the CLI prints the chain.
+#[test]
+fn open_errors_say_their_cause_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nothing-here");
+    for sub in ["list", "audit", "hist"] {
+        let mut args = vec![sub, missing.to_str().unwrap()];
+        if sub == "hist" {
+            args.push("--all");
+        }
+        let run = cli(&args);
+        assert_eq!(run.code, 2, "{sub}: {}", run.stdout);
+        let os = std::io::Error::from(std::io::ErrorKind::NotFound).to_string();
+        let cause = run.stderr.matches("os error").count();
+        assert_eq!(cause, 1, "{sub}: {} ({os})", run.stderr);
+    }
+}

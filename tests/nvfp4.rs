@@ -543,3 +543,7 @@ fn a_non_bf16_tensor_outside_the_experts_is_reported() {
     assert_eq!(f[0]["tensor"], "model.norm.weight");
     assert!(f[0]["message"].as_str().unwrap().contains("F16"));
 }
+
+#[cfg(unix)]
+#[path = "nvfp4/fifo.rs"]
+mod fifo;

@@ -277,7 +277,7 @@ impl App {
                 cache.store(&session.path, &session.model);
             }
             if let Some(Err(Failure::Open(e))) = &session.model.outcome {
-                self.notice = Some((e.to_string(), true));
+                self.notice = Some((crate::format::error_chain(&**e), true));
             }
         }
         if !events.is_empty() {

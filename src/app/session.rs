@@ -149,6 +149,7 @@ impl Session {
             ),
             Some(Err(Failure::Cancelled)) => "Cancelled".into(),
             Some(Err(Failure::Open(_))) => "Not a bundle".into(),
+            Some(Err(Failure::Thread { .. })) => "Could not run".into(),
         }
     }
 }

@@ -96,15 +96,24 @@ pub struct Outcome {
     pub duration: Duration,
 }
 
-/// Why an audit could not complete.
+/// Why an audit could not complete (no verdict; the CLI exits 2).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Failure {
     /// The folder could not be opened as a bundle.
-    #[error("{0}")]
+    #[error(transparent)]
     Open(Arc<OpenError>),
     /// The user cancelled it.
     #[error("cancelled")]
     Cancelled,
+    /// A reader or hasher thread could not be started, so the payload was
+    /// not (fully) read: a verdict would claim checks that never ran.
+    #[error("could not start the audit's {thread} thread")]
+    Thread {
+        /// The thread's name.
+        thread: String,
+        /// The OS error.
+        source: Arc<std::io::Error>,
+    },
 }
 
 /// Options of one audit.
@@ -195,7 +204,10 @@ pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
         }
         sink(e);
     };
-    audit_bundle(&bundle, options, cancel, &emit);
+    if let Err(f) = audit_bundle(&bundle, options, cancel, &emit) {
+        sink(Event::Finished(Err(f)));
+        return;
+    }
     if cancel.is_cancelled() {
         sink(Event::Finished(Err(Failure::Cancelled)));
         return;
@@ -257,7 +269,12 @@ const MANIFEST_CHECKS: &[CheckId] = &[
     checks::ALIAS_TIED_HEAD,
 ];
 
-fn audit_bundle(bundle: &Bundle, options: &Options, cancel: &CancelToken, emit: Sink) {
+fn audit_bundle(
+    bundle: &Bundle,
+    options: &Options,
+    cancel: &CancelToken,
+    emit: Sink,
+) -> Result<(), Failure> {
     for f in &bundle.findings {
         emit(Event::Finding(f.clone()));
     }
@@ -269,5 +286,5 @@ fn audit_bundle(bundle: &Bundle, options: &Options, cancel: &CancelToken, emit: 
             });
         }
     }
-    pass::payload(bundle, options, cancel, emit);
+    pass::payload(bundle, options, cancel, emit)
 }

@@ -4,16 +4,17 @@
 
 use std::fs::{self, File};
 use std::io::{ErrorKind, Read};
-use std::sync::Arc;
 use std::sync::mpsc::sync_channel;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
 use super::checks as c;
 use super::scan::Scanner;
-use super::{CancelToken, CheckId, Event, FileStart, Finding, Options, Sink};
-use crate::format::{Bundle, PayloadFile, hex, read_capped, sha256_hex};
+use super::{CancelToken, CheckId, Event, Failure, FileStart, Finding, Options, Sink};
+use crate::format::payload::open_regular;
+use crate::format::{Bundle, PayloadFile, error_chain, hex, read_capped, sha256_hex};
 
 /// Default bytes per read.
 pub const CHUNK_BYTES: usize = 8 << 20;
@@ -45,7 +46,14 @@ fn ident(meta: &fs::Metadata) -> Ident {
 }
 
 /// Runs the pass over every payload file of `bundle`, then the end checks.
-pub fn payload(bundle: &Bundle, options: &Options, cancel: &CancelToken, emit: Sink) {
+/// A reader or hasher thread that cannot start is a [`Failure`]: the pass
+/// could not read what it was meant to, so it gives no verdict.
+pub fn payload(
+    bundle: &Bundle,
+    options: &Options,
+    cancel: &CancelToken,
+    emit: Sink,
+) -> Result<(), Failure> {
     let manifest_ident = fs::metadata(&bundle.manifest_path).ok().map(|m| ident(&m));
     let mut opened = Vec::new();
     for f in &bundle.files {
@@ -88,13 +96,21 @@ pub fn payload(bundle: &Bundle, options: &Options, cancel: &CancelToken, emit: S
     let parallel = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .clamp(1, jobs.len().max(1));
-    let queue = std::sync::Mutex::new(jobs.into_iter());
+    let queue = Mutex::new(jobs.into_iter());
+    // The first thread that could not start; the pass ends in it.
+    let failed: Mutex<Option<Failure>> = Mutex::new(None);
+    let fail = |f: Failure| {
+        if let Ok(mut slot) = failed.lock() {
+            slot.get_or_insert(f);
+        }
+    };
     std::thread::scope(|scope| {
         for w in 0..parallel {
             let queue = &queue;
-            let _ = std::thread::Builder::new()
-                .name(format!("bundlescope-read-{w}"))
-                .spawn_scoped(scope, move || {
+            let fail = &fail;
+            let name = format!("bundlescope-read-{w}");
+            let started = spawn_named(&name, |b| {
+                b.spawn_scoped(scope, move || {
                     loop {
                         let job = queue.lock().ok().and_then(|mut q| q.next());
                         let Some((i, file, id, scanners)) = job else {
@@ -104,32 +120,52 @@ pub fn payload(bundle: &Bundle, options: &Options, cancel: &CancelToken, emit: S
                             break;
                         }
                         let info = &bundle.files[i];
-                        scan_file(bundle, i, info, file, &id, scanners, options, cancel, emit);
+                        if let Err(f) =
+                            scan_file(bundle, i, info, file, &id, scanners, options, cancel, emit)
+                        {
+                            fail(f);
+                            break;
+                        }
                     }
-                });
+                })
+            });
+            if let Err(f) = started {
+                fail(f);
+            }
         }
     });
+    if let Some(f) = failed.into_inner().ok().flatten() {
+        return Err(f);
+    }
     if cancel.is_cancelled() {
-        return;
+        return Ok(());
     }
     end_checks(bundle, manifest_ident, &starts, emit);
+    Ok(())
+}
+
+/// Starts a named thread through `spawn` (which gets the builder), turning
+/// a failure to start into the audit's [`Failure::Thread`].
+fn spawn_named<T>(
+    name: &str,
+    spawn: impl FnOnce(std::thread::Builder) -> std::io::Result<T>,
+) -> Result<T, Failure> {
+    #[cfg(test)]
+    if tests::refuse_spawn(name) {
+        return Err(Failure::Thread {
+            thread: name.to_string(),
+            source: Arc::new(std::io::Error::other("refused by the test")),
+        });
+    }
+    spawn(std::thread::Builder::new().name(name.to_string())).map_err(|e| Failure::Thread {
+        thread: name.to_string(),
+        source: Arc::new(e),
+    })
 }
 
 fn open_file(f: &PayloadFile, emit: Sink) -> Option<(File, Ident)> {
-    let fail = |msg: String| {
-        emit(Event::Finding(
-            Finding::error(c::PAYLOAD_FILE, msg).field(f.name.clone()),
-        ));
-        None
-    };
-    let link = match fs::symlink_metadata(&f.path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            return fail(format!("payload file {} is missing", f.name));
-        }
-        Err(e) => return fail(format!("cannot inspect payload file {}: {e}", f.name)),
-    };
-    if link.file_type().is_symlink() {
+    // A symbolic link is followed, but said: its bytes live elsewhere.
+    if fs::symlink_metadata(&f.path).is_ok_and(|m| m.file_type().is_symlink()) {
         emit(Event::Finding(
             Finding::warning(
                 c::PAYLOAD_FILE,
@@ -142,21 +178,17 @@ fn open_file(f: &PayloadFile, emit: Sink) -> Option<(File, Ident)> {
             .field(f.name.clone()),
         ));
     }
-    let meta = match fs::metadata(&f.path) {
-        Ok(m) => m,
-        Err(e) => return fail(format!("cannot inspect payload file {}: {e}", f.name)),
+    // The type is checked before the open, so a FIFO or device in place of
+    // a payload file is a finding at once instead of a read that never ends.
+    let (file, meta) = match open_regular(&f.name, &f.path) {
+        Ok(opened) => opened,
+        Err(e) => {
+            emit(Event::Finding(
+                Finding::error(c::PAYLOAD_FILE, error_chain(&e)).field(f.name.clone()),
+            ));
+            return None;
+        }
     };
-    if !meta.is_file() {
-        return fail(format!(
-            "payload {} is {}, not a regular file",
-            f.name,
-            if meta.is_dir() {
-                "a directory"
-            } else {
-                "a special file"
-            }
-        ));
-    }
     let id = ident(&meta);
     if let Some(expected) = f.expected_bytes {
         if id.len != expected {
@@ -178,13 +210,7 @@ fn open_file(f: &PayloadFile, emit: Sink) -> Option<(File, Ident)> {
             });
         }
     }
-    match File::open(&f.path) {
-        Ok(file) => Some((file, id)),
-        Err(e) => fail(format!(
-            "cannot open payload file {} for reading: {e}",
-            f.name
-        )),
-    }
+    Some((file, id))
 }
 
 /// Reads until `buf` is full or the file ends.
@@ -212,7 +238,7 @@ fn scan_file(
     options: &Options,
     cancel: &CancelToken,
     emit: Sink,
-) {
+) -> Result<(), Failure> {
     let chunk = options.chunk_bytes.unwrap_or(CHUNK_BYTES).max(64);
     let started = Instant::now();
     let (to_hasher, hasher_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
@@ -220,20 +246,16 @@ fn scan_file(
     let mut offset = 0u64;
     let mut read_error = None;
     let digest = std::thread::scope(|scope| {
-        let hasher = std::thread::Builder::new()
-            .name(format!("bundlescope-hash-{index}"))
-            .spawn_scoped(scope, move || {
+        let hasher = spawn_named(&format!("bundlescope-hash-{index}"), |b| {
+            b.spawn_scoped(scope, move || {
                 let mut h = Sha256::new();
                 for buf in hasher_rx {
                     h.update(buf.as_slice());
                     let _ = back_tx.send(buf);
                 }
                 h.finalize()
-            });
-        let Ok(hasher) = hasher else {
-            read_error = Some("could not start the hasher thread".to_string());
-            return None;
-        };
+            })
+        })?;
         let mut free: Vec<Vec<u8>> = Vec::new();
         let mut made = 0;
         let mut active: Vec<Scanner> = Vec::new();
@@ -308,6 +330,10 @@ fn scan_file(
         }
         drop(to_hasher);
         let digest = hasher.join().ok();
+        if digest.is_none() && read_error.is_none() {
+            // A hasher that died leaves the file unhashed: say so, never a silent pass.
+            read_error = Some("the hasher thread stopped before the end".into());
+        }
         // Tensors the payload never reached.
         let mut unfinished: Vec<Scanner> = active.into_iter().chain(pending).collect();
         unfinished.sort_by_key(|s| s.start);
@@ -337,10 +363,10 @@ fn scan_file(
                 .offset(offset),
             ));
         }
-        digest
-    });
+        Ok(digest)
+    })?;
     if cancel.is_cancelled() {
-        return;
+        return Ok(());
     }
     if let Some(msg) = read_error {
         emit(Event::Finding(
@@ -348,9 +374,11 @@ fn scan_file(
                 .field(info.name.clone())
                 .offset(offset),
         ));
-        return;
+        return Ok(());
     }
-    let Some(digest) = digest else { return };
+    let Some(digest) = digest else {
+        return Ok(());
+    };
     let sha = hex(&digest);
     let ok = info.expected_sha256.as_ref().map(|e| e == &sha);
     match (ok, &info.expected_sha256) {
@@ -376,6 +404,7 @@ fn scan_file(
         sha256: sha,
         ok,
     });
+    Ok(())
 }
 
 fn finish_tensor(bundle: &Bundle, s: Scanner, emit: Sink) {
@@ -465,5 +494,47 @@ fn describe_change(name: &str, before: Option<&Ident>, now: Option<&Ident>) -> S
         (Some(_), None) => format!("{name} disappeared"),
         (None, Some(_)) => format!("{name} appeared"),
         (None, None) => format!("{name} cannot be inspected"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+    use crate::audit::{self, Event};
+
+    thread_local! {
+        /// Thread-name prefixes [`spawn_named`] refuses on this thread, so a
+        /// test can make a thread fail to start without touching others.
+        static REFUSED: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(super) fn refuse_spawn(name: &str) -> bool {
+        REFUSED.with(|r| r.borrow().iter().any(|p| name.starts_with(p.as_str())))
+    }
+
+    #[test]
+    fn a_reader_that_cannot_start_fails_the_audit_instead_of_passing_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("b");
+        crate::sample::write(&dir, &crate::sample::SampleOptions::default()).unwrap();
+        REFUSED.with(|r| r.borrow_mut().push("bundlescope-read-".into()));
+        let events = Mutex::new(Vec::new());
+        audit::run(
+            &dir,
+            &Options::default(),
+            &CancelToken::default(),
+            &|e: Event| events.lock().unwrap().push(e),
+        );
+        REFUSED.with(|r| r.borrow_mut().clear());
+        let events = events.into_inner().unwrap();
+        match events.last() {
+            Some(Event::Finished(Err(Failure::Thread { thread, .. }))) => {
+                assert!(thread.starts_with("bundlescope-read-"), "{thread}");
+            }
+            other => panic!("expected a thread failure, got {other:?}"),
+        }
+        assert!(!events.iter().any(|e| matches!(e, Event::FileHashed { .. })));
     }
 }

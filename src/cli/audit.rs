@@ -1,12 +1,12 @@
 //! `bundlescope audit DIR [--json]`.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use bundlescope::audit::{self, Event, Failure, Severity};
 use bundlescope::report::{Report, ReportBuilder, human_bytes};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::common::progress_bar;
 
 /// Arguments of `audit`.
 #[derive(clap::Args)]
@@ -20,17 +20,8 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<i32> {
     let handle = audit::spawn(a.dir.clone(), audit::Options::default(), None)?;
-    let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr())
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar())
-        .progress_chars("█▌ "),
+    let bar = progress_bar(
+        "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
     );
     let mut builder = ReportBuilder::default();
     let mut base = Vec::new();
@@ -56,19 +47,14 @@ pub fn run(a: Args) -> Result<i32> {
         }
     }
     bar.finish_and_clear();
+    // No verdict without a completed pass: each of these exits 2.
     match &builder.outcome {
-        Some(Err(Failure::Open(e))) => {
-            eprintln!("bundlescope: {e}");
-            return Ok(super::EXIT_ERROR);
-        }
-        Some(Err(Failure::Cancelled)) | None => {
-            eprintln!("bundlescope: the audit stopped before it finished");
-            return Ok(super::EXIT_ERROR);
-        }
+        Some(Err(Failure::Cancelled)) | None => bail!("the audit stopped before it finished"),
+        Some(Err(failure)) => return Err(failure.clone().into()),
         Some(Ok(_)) => {}
     }
     let Some(report) = builder.report(&a.dir.display().to_string()) else {
-        return Ok(super::EXIT_ERROR);
+        bail!("the audit finished without opening the bundle");
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

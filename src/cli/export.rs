@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use bundlescope::decode::dequant::{self, row_bytes, row_scale_bytes};
-use bundlescope::format::{self, Layout};
+use bundlescope::format::{Layout, Payload};
 
-use super::hist::{layout_of, map_file, resolve, tensor, tensor_bytes};
+use super::common::{layout_of, open_bundle, refuse_inside_bundle, resolve};
 
 /// Values converted per block: bounds the memory of exporting a tensor of
 /// any size (4 MiB of f32) while keeping each parallel block worth splitting.
@@ -33,17 +33,11 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let bundle = match format::open(&a.dir) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("bundlescope: {e}");
-            return Ok(super::EXIT_ERROR);
-        }
-    };
+    let bundle = open_bundle(&a.dir)?;
     let index = resolve(&bundle, &a.tensor)?;
-    let t = tensor(&bundle, index)?;
+    let t = bundle.tensor(index)?;
     let layout = layout_of(t)?;
-    refuse_inside_bundle(&bundle.dir, &a.out)?;
+    refuse_inside_bundle(&a.dir, &a.out)?;
     if let Layout::Fp4 { .. } = layout {
         let shape = super::nvfp4::export(&bundle, index, a.expert, |shape, body| {
             write_atomically(&a.out, |w| {
@@ -63,8 +57,8 @@ pub fn run(a: Args) -> Result<i32> {
             t.name
         );
     }
-    let map = map_file(&bundle, t.file)?;
-    let bytes = tensor_bytes(&bundle, &map, t)?;
+    let payload = Payload::open(&bundle);
+    let bytes = payload.tensor_bytes(index)?;
     let shape = match layout {
         Layout::Packed { rows, cols, .. } => vec![rows, cols],
         // The metadata checks tie the shape to the count; fall back to flat if not.
@@ -89,39 +83,6 @@ pub fn run(a: Args) -> Result<i32> {
             .join(", ")
     );
     Ok(super::EXIT_OK)
-}
-
-/// Refuses an output path inside the bundle folder, through symlinks too:
-/// the tool never writes to a bundle.
-fn refuse_inside_bundle(bundle_dir: &Path, out: &Path) -> Result<()> {
-    let dir = bundle_dir
-        .canonicalize()
-        .with_context(|| format!("resolving {}", bundle_dir.display()))?;
-    let Some(file_name) = out.file_name() else {
-        bail!("{} does not name a file", out.display());
-    };
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let parent = parent
-        .canonicalize()
-        .with_context(|| format!("the folder of {} does not exist", out.display()))?;
-    let target = match out.canonicalize() {
-        Ok(existing) => existing,
-        Err(_) => parent.join(file_name),
-    };
-    if target.is_dir() {
-        bail!("{} is a folder; --out takes a file name", out.display());
-    }
-    if parent.starts_with(&dir) || target.starts_with(&dir) {
-        bail!(
-            "refusing to write {} inside the bundle folder {}: bundlescope never writes to a bundle",
-            out.display(),
-            dir.display()
-        );
-    }
-    Ok(())
 }
 
 /// The NPY 1.0 header of a C-order little-endian float32 array, padded with

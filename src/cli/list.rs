@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::Result;
-use bundlescope::format;
 use bundlescope::report::{Tool, human_bytes, totals};
 use serde_json::json;
+
+use super::common::open_bundle;
 
 /// Arguments of `list`.
 #[derive(clap::Args)]
@@ -18,13 +19,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let bundle = match format::open(&a.dir) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("bundlescope: {e}");
-            return Ok(super::EXIT_ERROR);
-        }
-    };
+    let bundle = open_bundle(&a.dir)?;
     let totals = totals(&bundle.tensors);
     if a.json {
         let out = json!({

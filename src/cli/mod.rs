@@ -1,8 +1,11 @@
-//! Command-line interface: one file per subcommand. Exit codes: 0 valid,
-//! 1 invalid, 2 could not run.
+//! Command-line interface: one file per subcommand, and `common` for what
+//! they share (no subcommand imports another's internals, except the NVFP4
+//! views `hist` and `export` hand stacked weights to). Exit codes: 0 valid,
+//! 1 invalid, 2 could not run (any error a subcommand returns).
 
 mod audit;
 mod checks;
+mod common;
 mod export;
 mod hist;
 mod list;

@@ -6,45 +6,14 @@ use std::io::Write;
 
 use anyhow::{Result, anyhow, bail};
 use bundlescope::decode::nvfp4::{E2M1_LABELS, Stacked};
-use bundlescope::format::{Bundle, Layout, nvfp4};
-use memmap2::Mmap;
+use bundlescope::format::{Bundle, Layout, Payload};
 use serde_json::json;
 
-use super::hist::{map_file, tensor_bytes};
-
-/// The mapped shards behind one stacked weight.
-pub struct Maps {
-    maps: Vec<(usize, Mmap)>,
-}
-
-impl Maps {
-    /// Maps every shard the weight and its siblings live in.
-    pub fn new(bundle: &Bundle, tensors: &[usize]) -> Result<Self> {
-        let mut maps: Vec<(usize, Mmap)> = Vec::new();
-        for &i in tensors {
-            let f = bundle.tensors[i].file;
-            if !maps.iter().any(|(k, _)| *k == f) {
-                maps.push((f, map_file(bundle, f)?));
-            }
-        }
-        Ok(Self { maps })
-    }
-
-    fn bytes<'m>(&'m self, bundle: &Bundle, i: usize) -> Result<&'m [u8]> {
-        let t = &bundle.tensors[i];
-        let map = &self
-            .maps
-            .iter()
-            .find(|(k, _)| *k == t.file)
-            .ok_or_else(|| anyhow!("shard of {} not mapped", t.name))?
-            .1;
-        tensor_bytes(bundle, map, t)
-    }
-}
-
-/// The stacked view of weight `index`, checked for consistency.
-pub fn stacked<'m>(bundle: &Bundle, index: usize, maps: &'m Maps) -> Result<Stacked<'m>> {
-    let t = &bundle.tensors[index];
+/// The stacked view of weight `index` (its scales and global scales read
+/// through `payload`, whichever shards they are in), checked for consistency.
+pub fn stacked<'p>(payload: &'p Payload<&Bundle>, index: usize) -> Result<Stacked<'p>> {
+    let bundle = payload.bundle();
+    let t = bundle.tensor(index)?;
     let Some(Layout::Fp4 {
         experts,
         rows,
@@ -53,22 +22,22 @@ pub fn stacked<'m>(bundle: &Bundle, index: usize, maps: &'m Maps) -> Result<Stac
     else {
         bail!("{} is not a stacked NVFP4 weight", t.name);
     };
-    let (s, g) = nvfp4::siblings(bundle, index)
-        .ok_or_else(|| anyhow!("{} has no scales/global_scale beside it", t.name))?;
-    if bundle.tensors[s].layout.is_none() || bundle.tensors[g].layout.is_none() {
+    let set = bundle.expert_siblings(index)?;
+    let broken = |i: usize| bundle.tensor(i).map_or(true, |s| s.layout.is_none());
+    if broken(set.scales) || broken(set.global_scale) {
         bail!(
             "the scales or global_scale of {} have broken metadata; `bundlescope audit` lists what is wrong",
             t.name
         );
     }
-    let globals = maps
-        .bytes(bundle, g)?
+    let globals = payload
+        .tensor_bytes(set.global_scale)?
         .chunks_exact(4)
         .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
         .collect();
     let st = Stacked {
-        words: maps.bytes(bundle, index)?,
-        scales: maps.bytes(bundle, s)?,
+        words: payload.tensor_bytes(index)?,
+        scales: payload.tensor_bytes(set.scales)?,
         globals,
         experts: usize::try_from(experts)?,
         rows: usize::try_from(rows)?,
@@ -78,15 +47,6 @@ pub fn stacked<'m>(bundle: &Bundle, index: usize, maps: &'m Maps) -> Result<Stac
         bail!("{}: byte lengths disagree with its shape", t.name);
     }
     Ok(st)
-}
-
-/// Tensors a stacked weight needs mapped.
-pub fn needed(bundle: &Bundle, index: usize) -> Vec<usize> {
-    let mut v = vec![index];
-    if let Some((s, g)) = nvfp4::siblings(bundle, index) {
-        v.extend([s, g]);
-    }
-    v
 }
 
 fn check_expert(st: &Stacked<'_>, expert: Option<usize>) -> Result<()> {
@@ -104,11 +64,11 @@ fn check_expert(st: &Stacked<'_>, expert: Option<usize>) -> Result<()> {
 
 /// `hist --tensor W [--expert E]` on a stacked NVFP4 weight.
 pub fn hist(bundle: &Bundle, index: usize, expert: Option<usize>, json_out: bool) -> Result<i32> {
-    let maps = Maps::new(bundle, &needed(bundle, index))?;
-    let st = stacked(bundle, index, &maps)?;
+    let payload = Payload::open(bundle);
+    let st = stacked(&payload, index)?;
     check_expert(&st, expert)?;
     let counts = st.code_counts(expert);
-    let name = &bundle.tensors[index].name;
+    let name = &bundle.tensor(index)?.name;
     let globals: Vec<f32> = match expert {
         Some(e) => vec![st.globals[e]],
         None => st.globals.clone(),
@@ -161,8 +121,8 @@ pub fn export(
     expert: Option<usize>,
     write: impl FnOnce(&[u64], &mut dyn FnMut(&mut dyn Write) -> Result<()>) -> Result<()>,
 ) -> Result<Vec<u64>> {
-    let maps = Maps::new(bundle, &needed(bundle, index))?;
-    let st = stacked(bundle, index, &maps)?;
+    let payload = Payload::open(bundle);
+    let st = stacked(&payload, index)?;
     check_expert(&st, expert)?;
     let (rows, cols) = (st.rows as u64, st.cols as u64);
     let shape = match expert {

@@ -4,18 +4,18 @@
 //! Exit 0 when every check passes, 1 on any failure, 2 when it could not
 //! run (the bundle cannot be opened, MLX is missing, a bad option).
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use anyhow::Result;
-use bundlescope::format;
+use anyhow::{Result, anyhow, bail};
+use bundlescope::format::Bundle;
 use bundlescope::mlx::Device;
 use bundlescope::spotcheck::{
-    self, Checkpoint, DEFAULT_MAX_ROWS, Options, Report, SpotResult, XDtype,
+    self, Checkpoint, DEFAULT_MAX_ROWS, Options, Report, SpotError, SpotResult, XDtype,
 };
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::common::{open_bundle, progress_bar};
 
 /// Arguments of `spotcheck`.
 #[derive(clap::Args)]
@@ -56,28 +56,18 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let fail = |msg: String| {
-        eprintln!("bundlescope: {msg}");
-        Ok(super::EXIT_ERROR)
-    };
     let Some(dtype) = XDtype::parse(&a.dtype) else {
-        return fail(format!("--dtype {:?}: expected f32 or bf16", a.dtype));
+        bail!("--dtype {:?}: expected f32 or bf16", a.dtype);
     };
     let device = match a.device.as_str() {
         "default" => Device::Default,
         "cpu" => Device::Cpu,
         "gpu" => Device::Gpu,
-        d => return fail(format!("--device {d:?}: expected default, cpu or gpu")),
+        d => bail!("--device {d:?}: expected default, cpu or gpu"),
     };
-    let bundle = match format::open(&a.dir) {
-        Ok(b) => b,
-        Err(e) => return fail(e.to_string()),
-    };
+    let bundle = open_bundle(&a.dir)?;
     let reference = match &a.reference {
-        Some(dir) => match Checkpoint::open(dir) {
-            Ok(c) => Some(Arc::new(c)),
-            Err(e) => return fail(e.to_string()),
-        },
+        Some(dir) => Some(Arc::new(Checkpoint::open(dir)?)),
         None => None,
     };
     let max_rows = match a.max_rows {
@@ -97,14 +87,8 @@ pub fn run(a: Args) -> Result<i32> {
         ..Options::default()
     };
     let mut report = match &a.tensor {
-        Some(name) => match one(&bundle, name, &opts) {
-            Ok(r) => r,
-            Err(e) => return fail(e),
-        },
-        None => match all(&bundle, &opts) {
-            Ok(r) => r,
-            Err(e) => return fail(e.to_string()),
-        },
+        Some(name) => one(&bundle, name, &opts)?,
+        None => all(&bundle, &opts)?,
     };
     if opts.reference.is_some() {
         report.rank_worst_first();
@@ -124,13 +108,13 @@ pub fn run(a: Args) -> Result<i32> {
 }
 
 /// One tensor (its gather check too, for the tied embedding).
-fn one(bundle: &format::Bundle, name: &str, opts: &Options) -> Result<Report, String> {
+fn one(bundle: &Bundle, name: &str, opts: &Options) -> Result<Report> {
     let start = std::time::Instant::now();
     let index = bundle
         .find(name)
-        .ok_or_else(|| format!("the bundle has no tensor or alias named {name:?}"))?;
-    let (device, mlx_version) = spotcheck::mlx_info(opts.device).map_err(|e| e.to_string())?;
-    let results = spotcheck::run_tensor(bundle, index, opts).map_err(|e| e.to_string())?;
+        .ok_or_else(|| anyhow!("the bundle has no tensor or alias named {name:?}"))?;
+    let (device, mlx_version) = spotcheck::mlx_info(opts.device)?;
+    let results = spotcheck::run_tensor(bundle, index, opts)?;
     let passed = results.iter().filter(|r| r.pass).count();
     Ok(Report {
         device,
@@ -147,17 +131,8 @@ fn one(bundle: &format::Bundle, name: &str, opts: &Options) -> Result<Report, St
     })
 }
 
-fn all(bundle: &format::Bundle, opts: &Options) -> Result<Report, spotcheck::SpotError> {
-    let bar = if std::io::stderr().is_terminal() {
-        ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr())
-    } else {
-        ProgressBar::hidden()
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} spot check [{bar:30}] {pos}/{len} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("█▌ "),
-    );
+fn all(bundle: &Bundle, opts: &Options) -> Result<Report, SpotError> {
+    let bar = progress_bar("{spinner} spot check [{bar:30}] {pos}/{len} {msg}");
     let never = AtomicBool::new(false);
     let report = spotcheck::run_all(
         bundle,

@@ -3,71 +3,34 @@
 
 pub mod audio8;
 pub mod json;
+mod model;
 pub mod nvfp4;
+pub mod payload;
 pub mod safetensors;
 
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::finding::Finding;
+pub use model::{
+    Bundle, DenseDtype, FormatKind, Layout, PackedKind, PayloadFile, Precision, Provenance,
+    TensorInfo,
+};
+pub use payload::{ExpertSiblings, Payload, PayloadError, is_bare_name};
 
 /// Largest manifest bundlescope reads. 2000 records with every field fit in
 /// well under 2 MiB; 64 MiB leaves room and still bounds the allocation.
 pub const MAX_MANIFEST_BYTES: u64 = 64 * 1024 * 1024;
 
-/// The bundle formats bundlescope knows of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-pub enum FormatKind {
-    /// `audio8-mixed-bundle-v1`.
-    #[serde(rename = "audio8-mixed-bundle-v1")]
-    Audio8V1,
-    /// `audio8-mixed-bundle-v2` (adds `q3_full8`).
-    #[serde(rename = "audio8-mixed-bundle-v2")]
-    Audio8V2,
-    /// The calibrated GPTQ-Q4 bundle (audio8 payload plus a provenance block).
-    #[serde(rename = "gptq-q4-calibrated")]
-    GptqQ4,
-    /// `A8MOD001`, the native bundle.
-    #[serde(rename = "A8MOD001")]
-    Native,
-    /// The mlx-nvfp4 `stacked-global-scale` MoE artifact.
-    #[serde(rename = "mlx-nvfp4")]
-    Nvfp4,
-}
-
-impl FormatKind {
-    /// The name used in reports and the UI.
-    pub fn name(self) -> &'static str {
-        match self {
-            FormatKind::Audio8V1 => "audio8-mixed-bundle-v1",
-            FormatKind::Audio8V2 => "audio8-mixed-bundle-v2",
-            FormatKind::GptqQ4 => "gptq-q4-calibrated",
-            FormatKind::Native => "A8MOD001",
-            FormatKind::Nvfp4 => "mlx-nvfp4",
-        }
-    }
-
-    /// A short label for the top bar.
-    pub fn short(self) -> &'static str {
-        match self {
-            FormatKind::Audio8V1 => "audio8 v1",
-            FormatKind::Audio8V2 => "audio8 v2",
-            FormatKind::GptqQ4 => "GPTQ-Q4",
-            FormatKind::Native => "A8MOD001",
-            FormatKind::Nvfp4 => "mlx-nvfp4",
-        }
-    }
-}
-
 /// Why a folder could not be opened as a bundle at all (exit code 2).
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
-    /// The path does not exist or cannot be read.
-    #[error("cannot read {}: {source}", path.display())]
+    /// The path does not exist or cannot be read. The message leaves the OS
+    /// error to `source()`, so a printer of the chain (`{:#}` of anyhow,
+    /// [`error_chain`]) shows it once.
+    #[error("cannot read {}", path.display())]
     Io {
         /// The path that failed.
         path: PathBuf,
@@ -94,356 +57,17 @@ pub enum OpenError {
     },
 }
 
-/// Precision of a tensor record, as the manifest names it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Precision {
-    /// Dense (`original`): BF16, F16 or F32 values.
-    Original,
-    /// Legacy seven-level 3-bit codes.
-    Q3,
-    /// Full eight-level 3-bit codes (v2 only).
-    Q3Full8,
-    /// Fifteen-level 4-bit codes.
-    Q4,
-    /// NVFP4 E2M1 codes, 8 per U32 word (mlx-nvfp4 expert weights).
-    Nvfp4,
-    /// E4M3 group scales (mlx-nvfp4 expert scales).
-    E4m3,
-    /// Anything else the manifest says (always a finding).
-    Other(String),
-}
-
-impl Precision {
-    /// Parses the manifest's `precision` string.
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "original" => Precision::Original,
-            "q3" => Precision::Q3,
-            "q3_full8" => Precision::Q3Full8,
-            "q4" => Precision::Q4,
-            other => Precision::Other(other.to_string()),
-        }
+/// An error and its causes on one line, joined by `: ` (for a finding's
+/// message or a notice, where no chain printer is at hand).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
     }
-
-    /// The manifest spelling.
-    pub fn as_str(&self) -> &str {
-        match self {
-            Precision::Original => "original",
-            Precision::Q3 => "q3",
-            Precision::Q3Full8 => "q3_full8",
-            Precision::Q4 => "q4",
-            Precision::Nvfp4 => "nvfp4",
-            Precision::E4m3 => "e4m3",
-            Precision::Other(s) => s,
-        }
-    }
-
-    /// The packed code layout, for packed precisions.
-    pub fn packed(&self) -> Option<PackedKind> {
-        match self {
-            Precision::Q3 => Some(PackedKind::Q3),
-            Precision::Q3Full8 => Some(PackedKind::Q3Full8),
-            Precision::Q4 => Some(PackedKind::Q4),
-            _ => None,
-        }
-    }
-}
-
-impl Serialize for Precision {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-/// The three packed code grids of the audio8 formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PackedKind {
-    /// 3 bits, codes 0..=6, zero 3.
-    Q3,
-    /// 3 bits, codes 0..=7, zero 4.
-    Q3Full8,
-    /// 4 bits, codes 0..=14, zero 7.
-    Q4,
-}
-
-impl PackedKind {
-    /// Bits per stored code.
-    pub fn bits(self) -> u32 {
-        match self {
-            PackedKind::Q3 | PackedKind::Q3Full8 => 3,
-            PackedKind::Q4 => 4,
-        }
-    }
-
-    /// The zero point `z`: value = scale * (code - z).
-    pub fn zero(self) -> i32 {
-        match self {
-            PackedKind::Q3 => 3,
-            PackedKind::Q3Full8 => 4,
-            PackedKind::Q4 => 7,
-        }
-    }
-
-    /// Largest code a valid tensor may store.
-    pub fn max_code(self) -> u8 {
-        match self {
-            PackedKind::Q3 => 6,
-            PackedKind::Q3Full8 => 7,
-            PackedKind::Q4 => 14,
-        }
-    }
-
-    /// The precision this grid belongs to.
-    pub fn precision(self) -> Precision {
-        match self {
-            PackedKind::Q3 => Precision::Q3,
-            PackedKind::Q3Full8 => Precision::Q3Full8,
-            PackedKind::Q4 => Precision::Q4,
-        }
-    }
-}
-
-/// Element type of a dense tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DenseDtype {
-    /// bfloat16, little-endian.
-    Bf16,
-    /// IEEE half, little-endian.
-    F16,
-    /// IEEE single, little-endian.
-    F32,
-}
-
-impl DenseDtype {
-    /// Parses the manifest's `source_dtype`.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "BF16" => Some(DenseDtype::Bf16),
-            "F16" => Some(DenseDtype::F16),
-            "F32" => Some(DenseDtype::F32),
-            _ => None,
-        }
-    }
-
-    /// Bytes per element.
-    pub fn size(self) -> u64 {
-        match self {
-            DenseDtype::Bf16 | DenseDtype::F16 => 2,
-            DenseDtype::F32 => 4,
-        }
-    }
-
-    /// The manifest spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DenseDtype::Bf16 => "BF16",
-            DenseDtype::F16 => "F16",
-            DenseDtype::F32 => "F32",
-        }
-    }
-}
-
-/// The validated byte layout of a tensor: only tensors whose metadata passed
-/// every check get one, and only those are scanned and decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// `count` dense values of `dtype`.
-    Dense {
-        /// Element type.
-        dtype: DenseDtype,
-        /// Number of elements.
-        count: u64,
-    },
-    /// Packed codes followed by F16 scales.
-    Packed {
-        /// The code grid.
-        kind: PackedKind,
-        /// Rows of the matrix.
-        rows: u64,
-        /// Columns of the matrix (a multiple of 64).
-        cols: u64,
-    },
-    /// Stacked NVFP4 expert weights: U32 `[experts, rows, cols/8]`.
-    Fp4 {
-        /// Experts stacked in the tensor.
-        experts: u64,
-        /// Output rows per expert.
-        rows: u64,
-        /// Input columns per expert (a multiple of 16).
-        cols: u64,
-    },
-    /// Stacked E4M3 scales: U8 `[experts, rows, groups]`, one per 16 inputs.
-    E4m3 {
-        /// Experts stacked in the tensor.
-        experts: u64,
-        /// Output rows per expert.
-        rows: u64,
-        /// Scales per row.
-        groups: u64,
-    },
-    /// One F32 global scale per expert: `[experts]`.
-    GlobalScale {
-        /// Experts.
-        experts: u64,
-    },
-}
-
-impl Layout {
-    /// Bytes of codes in a packed layout (0 for dense).
-    pub fn codes_bytes(&self) -> u64 {
-        match *self {
-            Layout::Dense { .. }
-            | Layout::Fp4 { .. }
-            | Layout::E4m3 { .. }
-            | Layout::GlobalScale { .. } => 0,
-            Layout::Packed { kind, rows, cols } => rows * (cols * u64::from(kind.bits()) / 8),
-        }
-    }
-
-    /// Bytes of one packed row.
-    pub fn row_bytes(&self) -> u64 {
-        match *self {
-            Layout::Dense { .. }
-            | Layout::Fp4 { .. }
-            | Layout::E4m3 { .. }
-            | Layout::GlobalScale { .. } => 0,
-            Layout::Packed { kind, cols, .. } => cols * u64::from(kind.bits()) / 8,
-        }
-    }
-
-    /// Number of F16 scales in a packed layout (0 for dense).
-    pub fn scale_count(&self) -> u64 {
-        match *self {
-            Layout::Dense { .. }
-            | Layout::Fp4 { .. }
-            | Layout::E4m3 { .. }
-            | Layout::GlobalScale { .. } => 0,
-            Layout::Packed { rows, cols, .. } => rows * (cols / 64),
-        }
-    }
-
-    /// Number of stacked experts, for the NVFP4 expert layouts.
-    pub fn experts(&self) -> Option<u64> {
-        match *self {
-            Layout::Fp4 { experts, .. }
-            | Layout::E4m3 { experts, .. }
-            | Layout::GlobalScale { experts } => Some(experts),
-            _ => None,
-        }
-    }
-}
-
-/// One row of the tensor index.
-#[derive(Debug, Clone, Serialize)]
-pub struct TensorInfo {
-    /// Tensor (or alias) name.
-    pub name: String,
-    /// Precision as the manifest names it (the target's, for an alias).
-    pub precision: Precision,
-    /// Shape, where it is a list of non-negative integers.
-    pub shape: Option<Vec<u64>>,
-    /// Source dtype of dense tensors; `F16` scales are implied for packed ones.
-    pub source_dtype: Option<String>,
-    /// The record's `encoding`.
-    #[serde(skip)]
-    pub encoding: Option<String>,
-    /// Byte offset in the payload.
-    pub offset: Option<u64>,
-    /// Payload bytes of the record.
-    pub bytes: Option<u64>,
-    /// Bytes the loaded tensor occupies (the seed's `nbytes`); 0 for aliases.
-    pub resident_bytes: Option<u64>,
-    /// For an alias, the tensor it shares memory with.
-    pub alias_of: Option<String>,
-    /// The file holding the bytes (index into [`Bundle::files`]).
-    #[serde(skip)]
-    pub file: usize,
-    /// The validated layout; `None` when the metadata is broken.
-    #[serde(skip)]
-    pub layout: Option<Layout>,
-    /// The record exactly as the manifest has it, for the detail panel.
-    #[serde(skip)]
-    pub record: serde_json::Value,
-}
-
-impl TensorInfo {
-    /// Number of parameters (product of the shape), if the shape is known and fits.
-    pub fn parameters(&self) -> Option<u64> {
-        let shape = self.shape.as_ref()?;
-        shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
-    }
-
-    /// `[rows, cols]` as text, e.g. `151936×3584`.
-    pub fn shape_text(&self) -> String {
-        match &self.shape {
-            Some(s) => s.iter().map(u64::to_string).collect::<Vec<_>>().join("×"),
-            None => "?".to_string(),
-        }
-    }
-
-    /// Byte range `[offset, offset + bytes)` in its file, when both are known and fit.
-    pub fn range(&self) -> Option<(u64, u64)> {
-        let offset = self.offset?;
-        Some((offset, offset.checked_add(self.bytes?)?))
-    }
-}
-
-/// A file whose bytes are hashed and scanned.
-#[derive(Debug, Clone, Serialize)]
-pub struct PayloadFile {
-    /// File name as the manifest gives it.
-    pub name: String,
-    /// Where it is on disk.
-    #[serde(skip)]
-    pub path: PathBuf,
-    /// Length the manifest claims.
-    pub expected_bytes: Option<u64>,
-    /// SHA-256 the manifest claims (lower-case hex).
-    pub expected_sha256: Option<String>,
-}
-
-/// Provenance facts a person wants to see beside the verdict.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Provenance {
-    /// `format` string exactly as written.
-    pub format: Option<String>,
-    /// `source_revision`.
-    pub source_revision: Option<String>,
-    /// `profile`.
-    pub profile: Option<String>,
-    /// `external_assets_not_included["config.json"].sha256`.
-    pub expected_config_sha256: Option<String>,
-    /// SHA-256 of manifest.json as read.
-    pub manifest_sha256: String,
-}
-
-/// An opened bundle: everything learned from the manifest, before any payload
-/// byte is read.
-#[derive(Debug, Clone)]
-pub struct Bundle {
-    /// The bundle folder.
-    pub dir: PathBuf,
-    /// Its manifest.
-    pub manifest_path: PathBuf,
-    /// The manifest's bytes, hashed once at open.
-    pub manifest_bytes: Vec<u8>,
-    /// Which format it is.
-    pub format: FormatKind,
-    /// The tensor index, aliases last.
-    pub tensors: Vec<TensorInfo>,
-    /// Files to hash and scan.
-    pub files: Vec<PayloadFile>,
-    /// Provenance facts.
-    pub provenance: Provenance,
-    /// Findings from the manifest alone.
-    pub findings: Vec<Finding>,
-}
-
-impl Bundle {
-    /// Index of the tensor called `name`.
-    pub fn find(&self, name: &str) -> Option<usize> {
-        self.tensors.iter().position(|t| t.name == name)
-    }
+    text
 }
 
 /// Hex SHA-256 of a byte slice.
@@ -467,14 +91,19 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, OpenError> {
         path: path.to_path_buf(),
         source,
     };
-    let meta = fs::metadata(path).map_err(io)?;
-    if !meta.is_file() {
-        return Err(OpenError::NotABundle {
-            path: path.to_path_buf(),
-            reason: "manifest.json is not a regular file".into(),
-        });
-    }
-    let file = fs::File::open(path).map_err(io)?;
+    // Same rule as payload files: the type is checked before the open and
+    // the open cannot block, so a FIFO named manifest.json is refused.
+    let file = match payload::open_regular("manifest.json", path) {
+        Ok((file, _)) => file,
+        Err(PayloadError::NotRegular { .. }) => {
+            return Err(OpenError::NotABundle {
+                path: path.to_path_buf(),
+                reason: "manifest.json is not a regular file".into(),
+            });
+        }
+        Err(PayloadError::Io { source, .. }) => return Err(io(source)),
+        Err(_) => return Err(io(std::io::ErrorKind::NotFound.into())),
+    };
     let mut bytes = Vec::new();
     file.take(cap + 1).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() as u64 > cap {
@@ -634,6 +263,22 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
 #[cfg(test)]
 mod tests {
     use super::natural_cmp;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_manifest_that_is_a_fifo_is_refused_without_blocking() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = tmp.path().join("manifest.json");
+        let c = std::ffi::CString::new(m.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates the node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        match super::open(tmp.path()) {
+            Err(super::OpenError::NotABundle { reason, .. }) => {
+                assert!(reason.contains("not a regular file"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn natural_order_compares_digit_runs_as_numbers() {

@@ -11,10 +11,19 @@
 //! Built without the `mlx` feature, every function returns
 //! [`MlxError::NotBuilt`], whose message says how to enable it.
 
+mod args;
+#[cfg(feature = "mlx")]
+#[path = "backend.rs"]
+mod backend;
+#[cfg(not(feature = "mlx"))]
+#[path = "stub.rs"]
+mod backend;
 #[cfg(feature = "mlx")]
 mod bridge;
 
 use serde::Serialize;
+
+use args::{Arr, Data, out_code};
 
 /// What to run the pip command with, for messages.
 pub const INSTALL_HINT: &str = "./scripts/install-mlx.sh, which runs python3 -m pip install --target .pydeps \
@@ -35,9 +44,14 @@ pub enum MlxError {
     )]
     NotBuilt,
     /// The operation exists in MLX only on the GPU (e.g. `gather_qmm` with a
-    /// global scale); the caller falls back to dequantize + matmul.
-    #[error("{0}")]
-    UnsupportedOnCpu(String),
+    /// global scale), and the call would run on the CPU: decided here from
+    /// the device before MLX is called; the caller falls back to
+    /// dequantize + matmul.
+    #[error("MLX runs {op} on the GPU only; this call would run on the cpu")]
+    UnsupportedOnCpu {
+        /// The operation.
+        op: &'static str,
+    },
     /// The inputs' lengths disagree with their dimensions (checked before MLX runs).
     #[error("{0}")]
     Shape(String),
@@ -389,6 +403,11 @@ pub fn gather_qmm_nvfp4(
         )));
     }
     expect_len("x", x.len(), batch.checked_mul(cols))?;
+    if device_name(device)? == "cpu" {
+        return Err(MlxError::UnsupportedOnCpu {
+            op: "gather_qmm with a global scale",
+        });
+    }
     let xa = Arr::new(Data::F32(x), &[1, batch, cols])?;
     let wa = Arr::new(Data::U32(words), &[experts, rows, cols / 8])?;
     let sa = Arr::new(Data::U8(scales), &[experts, rows, cols / NVFP4_GROUP])?;
@@ -438,7 +457,7 @@ pub fn nvfp4_matmul(
         expert,
     ) {
         Ok(y) => return Ok((y, Nvfp4Path::GatherQmm)),
-        Err(MlxError::UnsupportedOnCpu(_)) => {}
+        Err(MlxError::UnsupportedOnCpu { .. }) => {}
         Err(e) => return Err(e),
     }
     let (wl, sl) = (rows * cols / 8, rows * cols / NVFP4_GROUP);
@@ -452,7 +471,11 @@ pub fn nvfp4_matmul(
         rows,
         cols,
     };
-    let w = dequantize_nvfp4(device, &one, Some(global_scales[expert]))?;
+    let global = global_scales
+        .get(expert)
+        .copied()
+        .ok_or_else(|| MlxError::Shape(format!("expert {expert} has no global scale")))?;
+    let w = dequantize_nvfp4(device, &one, Some(global))?;
     let y = matmul_nt(device, x, batch, &w, rows, cols)?;
     Ok((y, Nvfp4Path::DequantizeMatmul))
 }
@@ -530,421 +553,5 @@ fn expect_len(what: &str, have: usize, want: Option<usize>) -> Result<(), MlxErr
     }
 }
 
-// Dtype codes shared with bridge.cc.
-#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
-const DTYPE_NONE: u8 = 0;
-const DTYPE_F32: u8 = 1;
-const DTYPE_BF16: u8 = 2;
-#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
-const DTYPE_F16: u8 = 3;
-#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
-const DTYPE_U32: u8 = 4;
-#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
-const DTYPE_U8: u8 = 5;
-#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
-const DTYPE_I32: u8 = 6;
-
-fn out_code(d: OutDtype) -> u8 {
-    match d {
-        OutDtype::F32 => DTYPE_F32,
-        OutDtype::Bf16 => DTYPE_BF16,
-    }
-}
-
-/// Elements of one array argument.
-#[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
-enum Data<'a> {
-    None,
-    F32(&'a [f32]),
-    Bf16(&'a [u16]),
-    F16(&'a [u16]),
-    U32(&'a [u32]),
-    U8(&'a [u8]),
-    I32(&'a [i32]),
-}
-
-/// One array argument: elements and shape (MLX's int32 dimensions).
-#[derive(Debug, Clone)]
-#[cfg_attr(not(feature = "mlx"), allow(dead_code))]
-struct Arr<'a> {
-    data: Data<'a>,
-    shape: Vec<i32>,
-}
-
-impl<'a> Arr<'a> {
-    fn new(data: Data<'a>, shape: &[usize]) -> Result<Self, MlxError> {
-        let shape = shape
-            .iter()
-            .map(|&d| {
-                i32::try_from(d)
-                    .map_err(|_| MlxError::Shape(format!("dimension {d} exceeds MLX's int32")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { data, shape })
-    }
-
-    fn none() -> Self {
-        Self {
-            data: Data::None,
-            shape: Vec::new(),
-        }
-    }
-}
-
-#[cfg(feature = "mlx")]
-mod backend {
-    //! The real calls: one lock, arguments to the bridge's structs,
-    //! exceptions to errors.
-
-    use std::sync::Mutex;
-
-    use super::bridge::ffi;
-    use super::*;
-
-    /// MLX's default device and stream are process-wide; one call at a time.
-    static LOCK: Mutex<()> = Mutex::new(());
-
-    fn locked<T>(f: impl FnOnce() -> Result<T, cxx::Exception>) -> Result<T, MlxError> {
-        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        f().map_err(|e| {
-            let what = e.what().to_string();
-            if what.starts_with("unsupported on cpu") {
-                MlxError::UnsupportedOnCpu(what)
-            } else {
-                MlxError::Mlx(what)
-            }
-        })
-    }
-
-    fn arg<'a>(a: &'a Arr<'a>) -> ffi::ArrayArg<'a> {
-        let mut out = ffi::ArrayArg {
-            dtype: DTYPE_NONE,
-            shape: &a.shape,
-            f32s: &[],
-            u16s: &[],
-            u32s: &[],
-            u8s: &[],
-            i32s: &[],
-        };
-        match a.data {
-            Data::None => {}
-            Data::F32(v) => (out.dtype, out.f32s) = (DTYPE_F32, v),
-            Data::Bf16(v) => (out.dtype, out.u16s) = (DTYPE_BF16, v),
-            Data::F16(v) => (out.dtype, out.u16s) = (DTYPE_F16, v),
-            Data::U32(v) => (out.dtype, out.u32s) = (DTYPE_U32, v),
-            Data::U8(v) => (out.dtype, out.u8s) = (DTYPE_U8, v),
-            Data::I32(v) => (out.dtype, out.i32s) = (DTYPE_I32, v),
-        }
-        out
-    }
-
-    pub fn version() -> Result<String, MlxError> {
-        locked(|| Ok(ffi::version()))
-    }
-
-    pub fn default_device() -> Result<String, MlxError> {
-        locked(ffi::default_device)
-    }
-
-    pub fn device_available(device: Device) -> Result<(), MlxError> {
-        if locked(|| Ok(ffi::device_available(device.code())))? {
-            Ok(())
-        } else {
-            Err(MlxError::Mlx(
-                "no GPU device: this MLX build runs on the cpu only".into(),
-            ))
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn quantized_matmul(
-        device: Device,
-        x: &Arr<'_>,
-        w: &Arr<'_>,
-        scales: &Arr<'_>,
-        biases: &Arr<'_>,
-        group_size: i32,
-        bits: i32,
-        mode: &str,
-    ) -> Result<Vec<f32>, MlxError> {
-        locked(|| {
-            ffi::quantized_matmul(
-                device.code(),
-                &arg(x),
-                &arg(w),
-                &arg(scales),
-                &arg(biases),
-                group_size,
-                bits,
-                mode,
-            )
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn dequantize(
-        device: Device,
-        w: &Arr<'_>,
-        scales: &Arr<'_>,
-        biases: &Arr<'_>,
-        global_scale: &Arr<'_>,
-        ids: &Arr<'_>,
-        group_size: i32,
-        bits: i32,
-        mode: &str,
-        out_dtype: u8,
-    ) -> Result<Vec<f32>, MlxError> {
-        locked(|| {
-            ffi::dequantize(
-                device.code(),
-                &arg(w),
-                &arg(scales),
-                &arg(biases),
-                &arg(global_scale),
-                &arg(ids),
-                group_size,
-                bits,
-                mode,
-                out_dtype,
-            )
-        })
-    }
-
-    pub struct Quantized {
-        pub words: Vec<u32>,
-        pub scales_f32: Vec<f32>,
-        pub scales_u8: Vec<u8>,
-        pub biases: Vec<f32>,
-    }
-
-    pub fn quantize(
-        device: Device,
-        w: &Arr<'_>,
-        global_scale: &Arr<'_>,
-        group_size: i32,
-        bits: i32,
-        mode: &str,
-    ) -> Result<Quantized, MlxError> {
-        let q = locked(|| {
-            ffi::quantize(
-                device.code(),
-                &arg(w),
-                &arg(global_scale),
-                group_size,
-                bits,
-                mode,
-            )
-        })?;
-        Ok(Quantized {
-            words: q.words,
-            scales_f32: q.scales_f32,
-            scales_u8: q.scales_u8,
-            biases: q.biases,
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn gather_qmm(
-        device: Device,
-        x: &Arr<'_>,
-        w: &Arr<'_>,
-        scales: &Arr<'_>,
-        biases: &Arr<'_>,
-        global_scale: &Arr<'_>,
-        rhs_indices: &Arr<'_>,
-        group_size: i32,
-        bits: i32,
-        mode: &str,
-    ) -> Result<Vec<f32>, MlxError> {
-        locked(|| {
-            ffi::gather_qmm(
-                device.code(),
-                &arg(x),
-                &arg(w),
-                &arg(scales),
-                &arg(biases),
-                &arg(global_scale),
-                &arg(rhs_indices),
-                group_size,
-                bits,
-                mode,
-            )
-        })
-    }
-
-    pub fn matmul_nt(device: Device, x: &Arr<'_>, w: &Arr<'_>) -> Result<Vec<f32>, MlxError> {
-        locked(|| ffi::matmul_nt(device.code(), &arg(x), &arg(w)))
-    }
-}
-
-#[cfg(not(feature = "mlx"))]
-mod backend {
-    //! Without the bridge: every call says how to get it.
-
-    use super::*;
-
-    pub struct Quantized {
-        pub words: Vec<u32>,
-        pub scales_f32: Vec<f32>,
-        pub scales_u8: Vec<u8>,
-        pub biases: Vec<f32>,
-    }
-
-    pub fn version() -> Result<String, MlxError> {
-        Err(MlxError::NotBuilt)
-    }
-
-    pub fn default_device() -> Result<String, MlxError> {
-        Err(MlxError::NotBuilt)
-    }
-
-    pub fn device_available(_: Device) -> Result<(), MlxError> {
-        Err(MlxError::NotBuilt)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn quantized_matmul(
-        _: Device,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: i32,
-        _: i32,
-        _: &str,
-    ) -> Result<Vec<f32>, MlxError> {
-        Err(MlxError::NotBuilt)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn dequantize(
-        _: Device,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: i32,
-        _: i32,
-        _: &str,
-        _: u8,
-    ) -> Result<Vec<f32>, MlxError> {
-        Err(MlxError::NotBuilt)
-    }
-
-    pub fn quantize(
-        _: Device,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: i32,
-        _: i32,
-        _: &str,
-    ) -> Result<Quantized, MlxError> {
-        Err(MlxError::NotBuilt)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn gather_qmm(
-        _: Device,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: &Arr<'_>,
-        _: i32,
-        _: i32,
-        _: &str,
-    ) -> Result<Vec<f32>, MlxError> {
-        Err(MlxError::NotBuilt)
-    }
-
-    pub fn matmul_nt(_: Device, _: &Arr<'_>, _: &Arr<'_>) -> Result<Vec<f32>, MlxError> {
-        Err(MlxError::NotBuilt)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A 2×64 4-bit matrix of zero codes, scale 1, bias 0.
-    fn tiny(words: &[u32]) -> AffineWeights<'_> {
-        AffineWeights {
-            words,
-            scales: Floats::F32(&[1.0; 2]),
-            biases: Floats::F32(&[0.0; 2]),
-            rows: 2,
-            cols: 64,
-            bits: 4,
-            group_size: 64,
-        }
-    }
-
-    #[test]
-    fn mismatched_lengths_are_refused_before_mlx_runs() {
-        let words = [0u32; 16];
-        let w = tiny(&words);
-        let e = quantized_matmul(Device::Cpu, Floats::F32(&[0.0; 63]), 1, &w).unwrap_err();
-        assert!(matches!(e, MlxError::Shape(_)), "{e}");
-        let e = quantized_matmul(Device::Cpu, Floats::F32(&[0.0; 64]), 1, &tiny(&words[..15]))
-            .unwrap_err();
-        assert!(e.to_string().contains("words"), "{e}");
-        let e = dequantize_affine_rows(Device::Cpu, &w, &[2], OutDtype::F32).unwrap_err();
-        assert!(e.to_string().contains("outside"), "{e}");
-        let e = quantized_matmul(
-            Device::Cpu,
-            Floats::F32(&[0.0; 64]),
-            1,
-            &AffineWeights {
-                bits: 5,
-                cols: 36,
-                group_size: 36,
-                ..w
-            },
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("32-bit words"), "{e}");
-    }
-
-    #[cfg(not(feature = "mlx"))]
-    #[test]
-    fn without_the_feature_every_call_says_how_to_enable_it() {
-        let e = version().unwrap_err();
-        assert_eq!(e, MlxError::NotBuilt);
-        assert!(e.to_string().contains("--features mlx"));
-        assert!(e.to_string().contains("pip install"));
-    }
-
-    #[cfg(feature = "mlx")]
-    #[test]
-    fn the_bridge_reports_version_and_device() {
-        assert!(version().unwrap().starts_with("0."));
-        let d = default_device().unwrap();
-        assert!(d == "cpu" || d == "gpu", "{d}");
-        assert_eq!(device_name(Device::Cpu).unwrap(), "cpu");
-    }
-
-    #[cfg(feature = "mlx")]
-    #[test]
-    fn mlx_exceptions_become_errors() {
-        let words = [0u32; 16];
-        let y = quantized_matmul(Device::Cpu, Floats::F32(&[1.0; 64]), 1, &tiny(&words)).unwrap();
-        assert_eq!(y, vec![0.0, 0.0]);
-        // Lengths that agree with each other but a group size MLX refuses:
-        // MLX throws, and the call returns Err instead of aborting.
-        let w = AffineWeights {
-            group_size: 48,
-            cols: 96,
-            words: &[0u32; 24],
-            scales: Floats::F32(&[1.0; 4]),
-            biases: Floats::F32(&[0.0; 4]),
-            ..tiny(&words)
-        };
-        match quantized_matmul(Device::Cpu, Floats::F32(&[0.0; 96]), 1, &w) {
-            Err(MlxError::Mlx(msg)) => assert!(msg.contains("group"), "{msg}"),
-            other => panic!("expected an MLX error, got {other:?}"),
-        }
-    }
-}
+mod tests;

@@ -10,12 +10,10 @@
 
 use std::time::Instant;
 
-use super::{
-    CHECK_MLX, Kind, Options, Payload, SpotError, SpotResult, random_x, reference, sample_rows,
-};
+use super::{CHECK_MLX, Kind, Options, SpotError, SpotResult, random_x, reference, sample_rows};
 use crate::decode::nvfp4::{GROUP, dequantize_expert};
 use crate::finding::Finding;
-use crate::format::{Bundle, Layout, TensorInfo, nvfp4};
+use crate::format::{Bundle, Layout, Payload, TensorInfo};
 use crate::mlx::{self, Nvfp4Path};
 
 /// Rows each expert keeps when a tensor-wide row bound is shared by its
@@ -48,14 +46,14 @@ fn rows_per_expert(opts: &Options, experts: usize, rows: usize, only_one: bool) 
 
 /// The matmul check of expert `expert` of the stacked weight `index`.
 pub(super) fn check_expert(
-    payload: &mut Payload<'_>,
+    payload: &Payload<&Bundle>,
     index: usize,
     expert: usize,
     opts: &Options,
     device: &str,
 ) -> Result<SpotResult, SpotError> {
-    let bundle: &Bundle = payload.bundle;
-    let t = &bundle.tensors[index];
+    let bundle = payload.bundle();
+    let t = bundle.tensor(index)?;
     let err = |reason: String| SpotError::Tensor {
         tensor: t.name.clone(),
         reason,
@@ -66,14 +64,12 @@ pub(super) fn check_expert(
     if expert >= experts {
         return Err(err(format!("expert {expert} is outside 0..{experts}")));
     }
-    let (si, gi) = nvfp4::siblings(bundle, index).ok_or_else(|| {
-        err("its .scales or .global_scale sibling is missing from the artifact".into())
-    })?;
+    let set = bundle.expert_siblings(index)?;
     let groups = cols / GROUP;
     let (wrow, srow) = (cols / 2, groups);
 
     // The expert's global scale.
-    let gbytes = payload.bytes(&bundle.tensors[gi])?;
+    let gbytes = payload.tensor_bytes(set.global_scale)?;
     let global = gbytes
         .get(expert * 4..expert * 4 + 4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -87,7 +83,7 @@ pub(super) fn check_expert(
     let seed = opts.seed ^ (expert as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     let ids = sample_rows(seed, &t.name, rows, k);
 
-    let scales_all = payload.bytes(&bundle.tensors[si])?;
+    let scales_all = payload.tensor_bytes(set.scales)?;
     if scales_all.len() != experts * rows * srow {
         return Err(err(format!(
             "its scales hold {} bytes; {experts}×{rows}×{groups} expected",
@@ -99,7 +95,7 @@ pub(super) fn check_expert(
         let at = (expert * rows + r as usize) * srow;
         scales.extend_from_slice(&scales_all[at..at + srow]);
     }
-    let words_all = payload.bytes(t)?;
+    let words_all = payload.tensor_bytes(index)?;
     if words_all.len() != experts * rows * wrow {
         return Err(err(format!(
             "it holds {} bytes; {experts}×{rows}×{} expected",
@@ -137,8 +133,12 @@ pub(super) fn check_expert(
 
     let started = Instant::now();
     let mut w = vec![0f32; n * cols];
-    dequantize_expert(&wbytes, &scales, global, cols, &mut w)
-        .ok_or_else(|| SpotError::Decode(format!("{}: expert {expert}", t.name)))?;
+    dequantize_expert(&wbytes, &scales, global, cols, &mut w).ok_or_else(|| {
+        SpotError::ExpertDecode {
+            tensor: t.name.clone(),
+            expert,
+        }
+    })?;
     let x64: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
     let y_ref = reference::dense_matmul(&w, cols, &x64, opts.batch);
     let ref_time_s = started.elapsed().as_secs_f64();

@@ -3,10 +3,8 @@
 //! quality of a bundle against the unquantised checkpoint it was made from.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -14,6 +12,7 @@ use super::SpotError;
 use crate::decode::dequant::{GROUP, dequantize_rows, row_bytes, row_scale_bytes};
 use crate::decode::{bf16_to_f32, f16_to_f32};
 use crate::format::PackedKind;
+use crate::format::payload::{Mapped, map_file};
 use crate::format::safetensors::{self, StTensor};
 
 /// Rows decoded per parallel task of the reference product.
@@ -41,8 +40,7 @@ pub fn matmul(
         .try_for_each(|((out, c), s)| {
             let n = c.len() / rb;
             let mut w = vec![0f32; n * cols];
-            dequantize_rows(kind, cols, c, s, &mut w)
-                .map_err(|e| SpotError::Decode(e.to_string()))?;
+            dequantize_rows(kind, cols, c, s, &mut w)?;
             for (o, wr) in out.chunks_exact_mut(batch).zip(w.chunks_exact(cols)) {
                 dot_rows(&xt, batch, wr.iter().map(|&v| f64::from(v)), o);
             }
@@ -285,7 +283,7 @@ pub fn quality(
 #[derive(Debug)]
 pub struct Checkpoint {
     dir: PathBuf,
-    files: Vec<(String, Mmap)>,
+    files: Vec<(String, Mapped)>,
     index: HashMap<String, (usize, StTensor)>,
 }
 
@@ -304,9 +302,9 @@ pub struct SourceTensor<'a> {
 impl Checkpoint {
     /// Opens `path`: a folder of safetensors files, or one file.
     pub fn open(path: &Path) -> Result<Self, SpotError> {
-        let io = |e: std::io::Error| SpotError::Io {
+        let io = |error: std::io::Error| SpotError::Io {
             path: path.to_path_buf(),
-            source: e,
+            error,
         };
         let meta = std::fs::metadata(path).map_err(io)?;
         let mut paths: Vec<PathBuf> = if meta.is_dir() {
@@ -332,22 +330,9 @@ impl Checkpoint {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let f = File::open(&p).map_err(|e| SpotError::Io {
-                path: p.clone(),
-                source: e,
-            })?;
-            if !f.metadata().map_err(io)?.is_file() {
-                return Err(SpotError::Reference(format!(
-                    "{} is not a regular file",
-                    p.display()
-                )));
-            }
-            // SAFETY: read-only map of a file nobody is meant to change while
-            // it is read; a concurrent truncation would fault (SIGBUS).
-            let map = unsafe { Mmap::map(&f) }.map_err(|e| SpotError::Io {
-                path: p.clone(),
-                source: e,
-            })?;
+            // Type-checked before it is opened (a FIFO named *.safetensors
+            // must not block), then mapped read-only.
+            let map = map_file(&name, &p)?;
             let header = safetensors::parse_header(&name, &map).map_err(|findings| {
                 let msgs: Vec<String> =
                     findings.iter().take(3).map(|f| f.message.clone()).collect();
@@ -360,7 +345,7 @@ impl Checkpoint {
             let at = files.len();
             for t in header.tensors {
                 if let Some((other, _)) = index.get(&t.name) {
-                    let other: &(String, Mmap) = &files[*other];
+                    let other: &(String, Mapped) = &files[*other];
                     return Err(SpotError::Reference(format!(
                         "tensor {} is in both {} and {name}",
                         t.name, other.0
@@ -406,22 +391,52 @@ impl Checkpoint {
     }
 }
 
+/// Why rows of a reference tensor could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// Not a float dtype the comparison reads.
+    #[error("dtype {dtype} (expected BF16, F16 or F32)")]
+    Dtype {
+        /// The dtype as written.
+        dtype: String,
+    },
+    /// A row lies beyond the tensor's bytes (or its offset overflows).
+    #[error("row {row} is outside the tensor's {len} bytes")]
+    RowOutside {
+        /// The row asked for.
+        row: u64,
+        /// The tensor's length in bytes.
+        len: usize,
+    },
+}
+
 impl SourceTensor<'_> {
     /// Rows `rows` of a `[_, cols]` tensor as f64 (`[rows.len(), cols]`).
-    pub fn rows_f64(&self, rows: &[u64], cols: usize) -> Result<Vec<f64>, String> {
+    pub fn rows_f64(&self, rows: &[u64], cols: usize) -> Result<Vec<f64>, SourceError> {
         let size = match self.dtype {
             "F32" => 4,
             "BF16" | "F16" => 2,
-            d => return Err(format!("dtype {d} (expected BF16, F16 or F32)")),
+            d => {
+                return Err(SourceError::Dtype {
+                    dtype: d.to_string(),
+                });
+            }
         };
-        let row_len = cols * size;
-        let mut out = Vec::with_capacity(rows.len() * cols);
+        let row_len = cols.saturating_mul(size);
+        let mut out = Vec::with_capacity(rows.len().saturating_mul(cols));
         for &r in rows {
-            let start = usize::try_from(r).map_err(|e| e.to_string())? * row_len;
-            let b = self
-                .bytes
-                .get(start..start + row_len)
-                .ok_or_else(|| format!("row {r} is outside the tensor's bytes"))?;
+            let outside = SourceError::RowOutside {
+                row: r,
+                len: self.bytes.len(),
+            };
+            let start = usize::try_from(r)
+                .ok()
+                .and_then(|r| r.checked_mul(row_len))
+                .ok_or_else(|| outside.clone())?;
+            let b = start
+                .checked_add(row_len)
+                .and_then(|end| self.bytes.get(start..end))
+                .ok_or(outside)?;
             match self.dtype {
                 "F32" => out.extend(
                     b.chunks_exact(4)

@@ -3,7 +3,7 @@
 //! stopping at the first.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{Map, Value, json};
 
@@ -11,7 +11,8 @@ mod records;
 
 use super::json::{kind, uint};
 use super::{
-    Bundle, FormatKind, Layout, PayloadFile, Precision, Provenance, TensorInfo, sha256_hex,
+    Bundle, FormatKind, Layout, PayloadFile, Precision, Provenance, TensorInfo, is_bare_name,
+    sha256_hex,
 };
 use crate::finding::checks as c;
 use crate::finding::{CheckId, Finding};
@@ -49,17 +50,6 @@ const REQUIRED: &[&str] = &[
 pub fn full8_grid() -> Value {
     json!({"bits": 3, "zero_point": 4, "max_code": 7, "padding_code": 4,
            "signed_min": -4, "signed_max": 3, "inference_permutation_required": false})
-}
-
-/// Is `name` a bare file name, as `Path(name).name == name` demands?
-pub fn is_bare_name(name: &str) -> bool {
-    !name.is_empty()
-        && name != "."
-        && name != ".."
-        && !name.contains('/')
-        && !name.contains('\\')
-        && !name.contains('\0')
-        && Path::new(name).file_name().is_some_and(|n| n == name)
 }
 
 /// Builds the bundle and every finding the manifest alone allows.
@@ -494,18 +484,5 @@ impl Records {
             layout,
             record: r.clone(),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bare_names() {
-        assert!(is_bare_name("weights.bin"));
-        for bad in ["", ".", "..", "../w.bin", "/etc/passwd", "a/b", "a\\b"] {
-            assert!(!is_bare_name(bad), "{bad}");
-        }
     }
 }

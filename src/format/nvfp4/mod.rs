@@ -4,15 +4,15 @@
 //! scanned by the audit pass.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
+use super::payload::map_file;
 use super::safetensors::{StTensor, parse_header};
 use super::{
     Bundle, DenseDtype, FormatKind, Layout, PayloadFile, Precision, Provenance, TensorInfo,
-    json::kind, sha256_hex,
+    is_bare_name, json::kind, sha256_hex,
 };
 use crate::finding::Finding;
 use crate::finding::checks as c;
@@ -47,12 +47,10 @@ pub fn parse(
             expected_bytes: s.bytes,
             expected_sha256: s.sha256.clone(),
         });
-        let header = File::open(&path)
+        // Type-checked before it is opened, so a FIFO cannot block here;
+        // only the header pages of the map are read.
+        let header = map_file(&s.file, &path)
             .ok()
-            .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
-            // SAFETY: read-only map of a regular file; only the header pages
-            // are read here, and the audit reports a file changed meanwhile.
-            .and_then(|f| unsafe { memmap2::Mmap::map(&f) }.ok())
             .map(|map| parse_header(&s.file, &map));
         match header {
             Some(Ok(h)) => {
@@ -244,7 +242,7 @@ fn shard_list(v: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<Shard> {
             );
             continue;
         };
-        if !bare_name(file) {
+        if !is_bare_name(file) {
             findings.push(
                 Finding::error(
                     c::SHARD_NAME,
@@ -287,18 +285,6 @@ fn shard_list(v: Option<&Value>, findings: &mut Vec<Finding>) -> Vec<Shard> {
         });
     }
     out
-}
-
-/// A name that stays inside the folder.
-pub fn bare_name(name: &str) -> bool {
-    !name.is_empty()
-        && name != "."
-        && name != ".."
-        && !name.contains('/')
-        && !name.contains('\\')
-        && !name.contains('\0')
-        && !name.starts_with('~')
-        && !(name.len() >= 2 && name.as_bytes()[1] == b':')
 }
 
 fn weight_map(v: Option<&Value>, findings: &mut Vec<Finding>) -> BTreeMap<String, String> {
@@ -535,25 +521,12 @@ fn expert_sets(tensors: &mut [TensorInfo], findings: &mut Vec<Finding>) {
     }
 }
 
-/// Indices of a stacked weight's `scales` and `global_scale` tensors.
-pub fn siblings(bundle: &Bundle, weight: usize) -> Option<(usize, usize)> {
-    let name = &bundle.tensors.get(weight)?.name;
-    let base = name.strip_suffix(".weight")?;
-    let s = bundle.find(&format!("{base}.scales"))?;
-    let g = bundle.find(&format!("{base}.global_scale"))?;
-    Some((s, g))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn names() {
-        assert!(bare_name("model-00001-of-00002.safetensors"));
-        for bad in ["../x", "/etc/passwd", "a/b", "..", "", "C:x", "a\\b"] {
-            assert!(!bare_name(bad), "{bad}");
-        }
         assert_eq!(
             is_expert("model.decoder.layers.3.experts.down_proj.scales"),
             Some(("model.decoder.layers.3", "down_proj", "scales"))

@@ -1,0 +1,271 @@
+//! `bundlescope hist DIR (--tensor NAME | --all) [--json]`: code, scale and
+//! value distributions read straight from the payload. The bytes go through
+//! the audit's own [`Scanner`], so `hist` and `audit` always agree.
+
+mod text;
+
+use std::path::PathBuf;
+
+use anyhow::{Result, anyhow, bail};
+use bundlescope::audit::scan::{ScanOutcome, Scanner};
+use bundlescope::decode::stats::{CodeCounts, Quality, TensorStats};
+use bundlescope::format::{Bundle, Layout, PackedKind, Payload, TensorInfo};
+use bundlescope::report::Tool;
+use rayon::prelude::*;
+use serde_json::{Value, json};
+
+use super::common::{layout_of, open_bundle, resolve};
+use text::{print_aggregates, print_ranking, print_tensor};
+
+/// Arguments of `hist`.
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["tensor", "all"])))]
+pub struct Args {
+    /// Bundle folder (or its manifest.json).
+    pub dir: PathBuf,
+    /// The tensor (or alias) to show.
+    #[arg(long)]
+    pub tensor: Option<String>,
+    /// Every packed tensor, worst first, with per-precision totals.
+    #[arg(long)]
+    pub all: bool,
+    /// Print JSON instead of tables and bars.
+    #[arg(long)]
+    pub json: bool,
+    /// For a stacked NVFP4 weight: count one expert instead of all.
+    #[arg(long)]
+    pub expert: Option<usize>,
+}
+
+pub fn run(a: Args) -> Result<i32> {
+    let bundle = open_bundle(&a.dir)?;
+    match &a.tensor {
+        Some(name) => {
+            let index = resolve(&bundle, name)?;
+            if matches!(bundle.tensor(index)?.layout, Some(Layout::Fp4 { .. })) {
+                return super::nvfp4::hist(&bundle, index, a.expert, a.json);
+            }
+            if a.expert.is_some() {
+                bail!("--expert applies to stacked NVFP4 expert weights only");
+            }
+            one(&bundle, index, a.json)
+        }
+        None => all(&bundle, &a),
+    }
+}
+
+/// `--tensor NAME` on a tensor that is not a stacked NVFP4 weight.
+fn one(bundle: &Bundle, index: usize, json_out: bool) -> Result<i32> {
+    let t = bundle.tensor(index)?;
+    layout_of(t)?;
+    let payload = Payload::open(bundle);
+    let out = scan(index, t, payload.tensor_bytes(index)?)?;
+    warn_findings(&out);
+    if json_out {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&tensor_json(t, &out.stats))?
+        );
+    } else {
+        print_tensor(t, &out.stats);
+    }
+    Ok(super::EXIT_OK)
+}
+
+/// Runs the audit's scanner over one tensor's bytes.
+fn scan(index: usize, t: &TensorInfo, bytes: &[u8]) -> Result<ScanOutcome> {
+    let mut s = Scanner::for_tensor(index, t)
+        .ok_or_else(|| anyhow!("tensor {} cannot be scanned", t.name))?;
+    s.feed(bytes);
+    Ok(s.finish())
+}
+
+fn warn_findings(out: &ScanOutcome) {
+    for f in &out.findings {
+        let tensor = f.tensor.as_deref().unwrap_or("?");
+        eprintln!(
+            "bundlescope: {}: {tensor}: {}",
+            f.severity.as_str(),
+            f.message
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// JSON.
+
+/// The JSON of one tensor: codes, scales and quality for a packed one, the
+/// value summary for a dense one.
+fn tensor_json(t: &TensorInfo, stats: &TensorStats) -> Value {
+    let mut o = json!({"tensor": t.name, "precision": t.precision.as_str()});
+    if let (Some(c), Some(s), Some(q)) = (&stats.codes, &stats.scales, &stats.quality) {
+        o["codes"] = json!({"bits": c.bits, "zero": c.zero, "counts": c.counts});
+        o["scales"] = json!({"dtype": s.dtype, "count": s.count, "min": s.min, "max": s.max,
+            "median": s.median, "p01": s.p01, "p99": s.p99, "bins": s.bins});
+        o["stats"] = json!(q);
+    } else if let Some(v) = &stats.values {
+        o["source_dtype"] = json!(t.source_dtype);
+        o["values"] = json!(v);
+    }
+    o
+}
+
+/// Totals of one precision over the bundle's packed tensors.
+struct Aggregate {
+    kind: PackedKind,
+    tensors: u64,
+    codes: CodeCounts,
+    entropy_sum: f64,
+    clipping_sum: f64,
+    suspicion_sum: f64,
+    max_suspicion: f64,
+    zero_groups: u64,
+    groups: u64,
+    outlier_rows: u64,
+}
+
+impl Aggregate {
+    fn new(kind: PackedKind) -> Self {
+        Self {
+            kind,
+            tensors: 0,
+            codes: CodeCounts {
+                bits: kind.bits(),
+                zero: kind.zero(),
+                max_code: kind.max_code(),
+                counts: vec![0; 1 << kind.bits()],
+            },
+            entropy_sum: 0.0,
+            clipping_sum: 0.0,
+            suspicion_sum: 0.0,
+            max_suspicion: 0.0,
+            zero_groups: 0,
+            groups: 0,
+            outlier_rows: 0,
+        }
+    }
+
+    fn add(&mut self, codes: &CodeCounts, q: &Quality) {
+        self.tensors += 1;
+        for (sum, n) in self.codes.counts.iter_mut().zip(&codes.counts) {
+            *sum += n;
+        }
+        self.entropy_sum += q.entropy_bits;
+        self.clipping_sum += q.clipping_share;
+        self.suspicion_sum += q.suspicion;
+        self.max_suspicion = self.max_suspicion.max(q.suspicion);
+        self.zero_groups += q.zero_groups;
+        self.groups += q.groups;
+        self.outlier_rows += q.outlier_rows;
+    }
+
+    fn mean(&self, sum: f64) -> f64 {
+        if self.tensors == 0 {
+            f64::NAN
+        } else {
+            sum / self.tensors as f64
+        }
+    }
+
+    fn json(&self) -> Value {
+        let c = &self.codes;
+        json!({
+            "precision": self.kind.precision().as_str(),
+            "tensors": self.tensors,
+            "codes": {"bits": c.bits, "zero": c.zero, "counts": c.counts},
+            "entropy_bits": c.entropy_bits(),
+            "mean_entropy_bits": self.mean(self.entropy_sum),
+            "clipping_share": c.clipping_share(),
+            "mean_clipping_share": self.mean(self.clipping_sum),
+            "unused_levels": c.unused_levels(),
+            "reserved_codes": c.reserved(),
+            "zero_groups": self.zero_groups,
+            "groups": self.groups,
+            "outlier_rows": self.outlier_rows,
+            "mean_suspicion": self.mean(self.suspicion_sum),
+            "max_suspicion": self.max_suspicion,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// --all.
+
+/// A scanned packed tensor of `--all`.
+struct Ranked<'b> {
+    t: &'b TensorInfo,
+    stats: TensorStats,
+    suspicion: f64,
+}
+
+fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
+    let packed: Vec<(usize, &TensorInfo)> = bundle
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.alias_of.is_none() && t.precision.packed().is_some())
+        .collect();
+    let (ok, broken): (Vec<_>, Vec<_>) = packed.into_iter().partition(|(_, t)| t.layout.is_some());
+    // Shared by the workers: each file is mapped once, by whoever needs it first.
+    let payload = Payload::open(bundle);
+    let scanned: Result<Vec<Ranked>> = ok
+        .par_iter()
+        .map(|&(i, t)| {
+            let out = scan(i, t, payload.tensor_bytes(i)?)?;
+            warn_findings(&out);
+            let suspicion = out.stats.quality.as_ref().map_or(0.0, |q| q.suspicion);
+            Ok(Ranked {
+                t,
+                stats: out.stats,
+                suspicion,
+            })
+        })
+        .collect();
+    let mut ranked = scanned?;
+    ranked.sort_by(|x, y| {
+        y.suspicion
+            .total_cmp(&x.suspicion)
+            .then_with(|| x.t.name.cmp(&y.t.name))
+    });
+    let aggregates = aggregate(&ranked);
+    for (_, t) in &broken {
+        eprintln!(
+            "bundlescope: skipped {}: its metadata is broken (`bundlescope audit` says why)",
+            t.name
+        );
+    }
+    if a.json {
+        let out = json!({
+            "tool": Tool::default(),
+            "bundle": {"path": a.dir.display().to_string(), "format": bundle.format.name()},
+            "tensors": ranked.iter().map(|r| tensor_json(r.t, &r.stats)).collect::<Vec<_>>(),
+            "aggregates": aggregates.iter().map(Aggregate::json).collect::<Vec<_>>(),
+            "skipped": broken.iter().map(|(_, t)| json!({"tensor": t.name,
+                "reason": "broken metadata"})).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_ranking(&ranked);
+        print_aggregates(&aggregates);
+    }
+    Ok(super::EXIT_OK)
+}
+
+fn aggregate(ranked: &[Ranked]) -> Vec<Aggregate> {
+    let mut by_kind: Vec<Aggregate> = [PackedKind::Q3, PackedKind::Q3Full8, PackedKind::Q4]
+        .into_iter()
+        .map(Aggregate::new)
+        .collect();
+    for r in ranked {
+        let (Some(kind), Some(c), Some(q)) =
+            (r.t.precision.packed(), &r.stats.codes, &r.stats.quality)
+        else {
+            continue;
+        };
+        if let Some(agg) = by_kind.iter_mut().find(|g| g.kind == kind) {
+            agg.add(c, q);
+        }
+    }
+    by_kind.retain(|g| g.tensors > 0);
+    by_kind
+}
