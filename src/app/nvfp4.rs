@@ -17,7 +17,7 @@ use egui::{Color32, Key, Modifiers, Pos2, Rect, RichText, Sense, Stroke, Vec2};
 use egui_extras::{Column, TableBuilder};
 use egui_plot::{Bar, BarChart, Plot};
 
-use super::{Command, RowStatus, Session};
+use super::{Command, Commands, RowStatus, Session};
 use crate::decode::nvfp4::{E2M1_LABELS, e4m3, e4m3_is_nan};
 use crate::decode::stats::{E4m3Stats, TensorStats};
 use crate::format::{Bundle, Layout, nvfp4};
@@ -447,7 +447,7 @@ pub fn panel_ui(
     view: &mut Nvfp4View,
     s: &Session,
     i: usize,
-    commands: &mut Vec<Command>,
+    commands: &mut Commands,
 ) {
     let Some(b) = s.model.bundle.clone() else {
         return;
@@ -485,7 +485,7 @@ pub fn panel_ui(
                 .clicked()
                 && j != i
             {
-                commands.push(Command::Select(Some(j)));
+                commands.send(Command::Select(Some(j)));
             }
         }
     });
@@ -1183,7 +1183,7 @@ fn heat_ui(
     s: &Session,
     b: &Bundle,
     i: usize,
-    commands: &mut Vec<Command>,
+    commands: &mut Commands,
 ) {
     ui.horizontal(|ui| {
         ui.label("Colour by");
@@ -1335,7 +1335,7 @@ fn heat_ui(
             }
             .unwrap_or(set.weight);
             view.expert = Some(e);
-            commands.push(Command::Select(Some(target)));
+            commands.send(Command::Select(Some(target)));
         }
     }
 }

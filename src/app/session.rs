@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use crate::audit::{AuditHandle, CheckId, Event, Failure, Severity};
-use crate::report::ReportBuilder;
+use crate::audit::{CheckId, Event, Failure, Severity};
+use crate::report::{ReportBuilder, Totals, totals};
 
 /// One line of the stream panel's check log.
 #[derive(Debug, Clone)]
@@ -33,13 +33,40 @@ pub enum RowStatus {
     Error,
 }
 
+/// What is known of one payload file's hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileState {
+    /// Not hashed yet.
+    Pending,
+    /// Hashed; no expected value to compare with.
+    Hashed,
+    /// Hashed in this session and equal to the expected value.
+    Verified,
+    /// Equal when the cached audit ran; not hashed in this session.
+    VerifiedCached,
+    /// Differs from the expected value.
+    Mismatch,
+}
+
+impl FileState {
+    /// The words shown for it.
+    pub fn text(self) -> &'static str {
+        match self {
+            Self::Pending => "… pending",
+            Self::Hashed => "hashed",
+            Self::Verified => "✔ verified",
+            Self::VerifiedCached => "✔ verified (cached)",
+            Self::Mismatch => "✖ mismatch",
+        }
+    }
+}
+
 /// One opened bundle and its audit.
 pub struct Session {
     /// What the user opened.
     pub path: PathBuf,
     /// The report as it builds up.
     pub model: ReportBuilder,
-    pub(super) handle: Option<AuditHandle>,
     /// Every check as it arrived.
     pub log: Vec<LogRow>,
     /// Errors and warnings per tensor.
@@ -47,10 +74,21 @@ pub struct Session {
     /// Tensor scanned.
     pub tensor_done: Vec<bool>,
     by_name: HashMap<String, usize>,
-    /// When the audit was taken from the cache, its date.
+    /// When the audit was taken from the cache, its date. Its file
+    /// verdicts then say "verified (cached)": no byte was hashed this session.
     pub cached: Option<String>,
+    /// Checks passed, as the cache remembered them.
+    pub(super) cached_passed: Option<u64>,
     /// When it started.
     pub started: Instant,
+    /// The bundle's precisions, sorted (the table's chips), computed once
+    /// when the index arrives so no frame walks every tensor.
+    pub precisions: Vec<String>,
+    /// Totals by precision (the summary), computed once with the index.
+    pub totals: Option<Totals>,
+    /// Bumped by every event that can change a row's status: what the
+    /// panels key their caches on.
+    pub generation: u64,
 }
 
 impl Session {
@@ -58,13 +96,16 @@ impl Session {
         Self {
             path,
             model: ReportBuilder::default(),
-            handle: None,
             log: Vec::new(),
             tensor_findings: Vec::new(),
             tensor_done: Vec::new(),
             by_name: HashMap::new(),
             cached: None,
+            cached_passed: None,
             started: Instant::now(),
+            precisions: Vec::new(),
+            totals: None,
+            generation: 0,
         }
     }
 
@@ -80,6 +121,11 @@ impl Session {
                     .enumerate()
                     .map(|(i, t)| (t.name.clone(), i))
                     .collect();
+                let mut p: Vec<&str> = b.tensors.iter().map(|t| t.precision.as_str()).collect();
+                p.sort_unstable();
+                p.dedup();
+                self.precisions = p.into_iter().map(str::to_string).collect();
+                self.totals = Some(totals(&b.tensors));
             }
             Event::Passed { check, tensor } => self.log.push(LogRow {
                 check: *check,
@@ -103,7 +149,25 @@ impl Session {
             }
             _ => {}
         }
+        if !matches!(event, Event::Passed { .. } | Event::HashProgress { .. }) {
+            self.generation += 1;
+        }
         self.model.apply(event);
+    }
+
+    /// The state text of file `i` in the summary and the stream panel:
+    /// "verified" only once its bytes were hashed in this session.
+    pub fn file_state(&self, i: usize) -> FileState {
+        let Some(f) = self.model.files.get(i) else {
+            return FileState::Pending;
+        };
+        match (f.ok, &f.sha256) {
+            (Some(true), _) if self.cached.is_some() => FileState::VerifiedCached,
+            (Some(true), _) => FileState::Verified,
+            (Some(false), _) => FileState::Mismatch,
+            (None, Some(_)) => FileState::Hashed,
+            (None, None) => FileState::Pending,
+        }
     }
 
     fn note_finding(&mut self, f: &crate::audit::Finding) {
