@@ -9,9 +9,10 @@ use crate::decode::stats::Quality;
 use crate::format::Bundle;
 
 /// Columns the quality table sorts by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QualitySort {
-    /// Suspicion score.
+    /// Suspicion score (the default: worst first).
+    #[default]
     Suspicion,
     /// Name.
     Name,
@@ -45,12 +46,6 @@ pub struct QualityPanel {
     pub ascending: bool,
     rows: Vec<(usize, Quality)>,
     key: Option<(QualitySort, bool, std::time::Instant, u64)>,
-}
-
-impl Default for QualitySort {
-    fn default() -> Self {
-        Self::Suspicion
-    }
 }
 
 /// The packed tensors with statistics, in display order.
