@@ -285,19 +285,19 @@ pub fn table_ui(
                     );
                 });
                 row.col(|ui| {
-                    ui.label(t.precision.as_str());
+                    cell_ui(ui, t.precision.as_str());
                 });
                 row.col(|ui| {
-                    ui.label(t.shape_text());
+                    cell_ui(ui, &t.shape_text());
                 });
                 row.col(|ui| {
-                    ui.label(dtype_text(t));
+                    cell_ui(ui, &dtype_text(t));
                 });
                 row.col(|ui| {
-                    ui.label(t.bytes.map_or("—".into(), human_bytes));
+                    cell_ui(ui, &t.bytes.map_or("—".into(), human_bytes));
                 });
                 row.col(|ui| {
-                    ui.label(t.resident_bytes.map_or("—".into(), human_bytes));
+                    cell_ui(ui, &t.resident_bytes.map_or("—".into(), human_bytes));
                 });
                 if row.response().clicked() {
                     clicked = Some(i);
@@ -307,6 +307,25 @@ pub fn table_ui(
     if let Some(i) = clicked {
         tx.send(Command::Select(Some(i)));
     }
+}
+
+/// A plain cell: painted text, not a widget. A table of thousands of rows
+/// shows a few dozen at a time, but each label is a widget with its own
+/// id, response and accessibility node every frame; the row itself is the
+/// widget (it is clicked and selected), and the name cell stays a label so
+/// the row can be found by its name.
+fn cell_ui(ui: &mut egui::Ui, text: &str) {
+    use egui::emath::GuiRounding as _;
+    let rect = ui.max_rect();
+    let font = egui::TextStyle::Body.resolve(ui.style());
+    // The colour a label would take (a selected row overrides it).
+    let galley = ui
+        .painter()
+        .layout_no_wrap(text.to_owned(), font, ui.visuals().text_color());
+    // Where a centred label would sit: on the layout's rounding grid, so the
+    // glyphs stay as sharp as a label's.
+    let pos = egui::pos2(rect.left(), rect.center().y - galley.size().y / 2.0).round_ui();
+    ui.painter().galley(pos, galley, ui.visuals().text_color());
 }
 
 /// The mark shown for a status, with its hover text.
