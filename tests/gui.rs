@@ -235,13 +235,15 @@ fn opening_another_bundle_cancels_the_running_audit() {
     let a = TestBundle::v2();
     let b = TestBundle::v2();
     let mut g = gui();
+    // Commands are carried out without a frame in between, so a's audit
+    // cannot finish (be drained) before b replaces it.
     g.send(Command::Open(a.dir.clone()));
-    g.harness.step();
+    g.app().handle_commands();
     // The first audit is running (its job is alive, nothing replaced yet).
     assert!(g.state().session().unwrap().running());
     assert!(g.state().replaced_audits().is_empty());
     g.send(Command::Open(b.dir.clone()));
-    g.harness.step();
+    g.app().handle_commands();
     // Opening b told a's audit to stop: its token is the one replaced, and set.
     let replaced = g.state().replaced_audits();
     assert_eq!(replaced.len(), 1, "one audit was replaced");

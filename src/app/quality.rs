@@ -45,7 +45,7 @@ pub struct QualityPanel {
     /// Order.
     pub ascending: bool,
     rows: Vec<(usize, Quality)>,
-    key: Option<(QualitySort, bool, std::time::Instant, u64)>,
+    key: Option<(QualitySort, bool, u64, u64)>,
 }
 
 /// The packed tensors with statistics, in display order.
@@ -87,7 +87,7 @@ pub(super) fn quality_ui(
     selected: Option<usize>,
     tx: &mut Commands,
 ) {
-    let key = (panel.sort, panel.ascending, s.started, s.generation);
+    let key = (panel.sort, panel.ascending, s.id, s.generation);
     if panel.key != Some(key) {
         panel.rows = rows_of(s, panel.sort, panel.ascending);
         panel.key = Some(key);

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::audit::{CheckId, Event, Failure, Severity};
@@ -63,6 +64,9 @@ impl FileState {
 
 /// One opened bundle and its audit.
 pub struct Session {
+    /// Unique per session, so panels can tell a new one (even of the same
+    /// bundle) from the one their caches were built for.
+    pub id: u64,
     /// What the user opened.
     pub path: PathBuf,
     /// The report as it builds up.
@@ -93,7 +97,9 @@ pub struct Session {
 
 impl Session {
     pub(super) fn new(path: PathBuf) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
         Self {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
             path,
             model: ReportBuilder::default(),
             log: Vec::new(),

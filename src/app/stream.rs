@@ -16,15 +16,15 @@ pub(super) struct StreamPanel {
     errors: Vec<usize>,
     /// Log lines already looked at, and the session they belong to.
     scanned: usize,
-    session: Option<std::time::Instant>,
+    session: Option<u64>,
 }
 
 impl StreamPanel {
     fn error_rows(&mut self, s: &Session) -> &[usize] {
-        if self.session != Some(s.started) || self.scanned > s.log.len() {
+        if self.session != Some(s.id) || self.scanned > s.log.len() {
             self.errors.clear();
             self.scanned = 0;
-            self.session = Some(s.started);
+            self.session = Some(s.id);
         }
         for (i, r) in s.log.iter().enumerate().skip(self.scanned) {
             if r.severity == Some(Severity::Error) {
