@@ -87,7 +87,7 @@ pub(super) fn quality_ui(
     selected: Option<usize>,
     tx: &mut Commands,
 ) {
-    let key = (panel.sort, panel.ascending, s.id, s.generation);
+    let key = (panel.sort, panel.ascending, s.id, s.stats_generation);
     if panel.key != Some(key) {
         panel.rows = rows_of(s, panel.sort, panel.ascending);
         panel.key = Some(key);

@@ -93,6 +93,9 @@ pub struct Session {
     /// Bumped by every event that can change a row's status: what the
     /// panels key their caches on.
     pub generation: u64,
+    /// Bumped when a tensor's statistics arrive (the quality view's key:
+    /// it need not re-rank on every check that passes).
+    pub stats_generation: u64,
 }
 
 impl Session {
@@ -112,6 +115,7 @@ impl Session {
             precisions: Vec::new(),
             totals: None,
             generation: 0,
+            stats_generation: 0,
         }
     }
 
@@ -152,6 +156,7 @@ impl Session {
                 if let Some(d) = self.tensor_done.get_mut(*tensor) {
                     *d = true;
                 }
+                self.stats_generation += 1;
             }
             _ => {}
         }

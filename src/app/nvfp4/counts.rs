@@ -267,3 +267,59 @@ fn count(r: &Request, cancel: &CancelToken) -> Hist {
     }
     Ok(codes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::nvfp4::{Nvfp4Options, write};
+
+    /// Wants `keys` frame after frame until all are counted.
+    fn count_all(c: &mut Counts, ctx: &egui::Context, b: &Bundle, keys: &[Key]) {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !keys.iter().all(|k| c.get(k).is_some()) {
+            assert!(std::time::Instant::now() < end, "counts never finished");
+            c.want(ctx, b, keys);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn every_expert_is_counted_by_one_worker_and_the_parts_add_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("nv");
+        write(&dir, &Nvfp4Options::default()).unwrap();
+        let b = crate::format::open(&dir).unwrap();
+        let (w, experts) = b
+            .tensors
+            .iter()
+            .enumerate()
+            .find_map(|(i, t)| match t.layout {
+                Some(Layout::Fp4 { experts, .. }) => Some((i, experts as usize)),
+                _ => None,
+            })
+            .expect("an NVFP4 weight");
+        let ctx = egui::Context::default();
+        let mut c = Counts::default();
+        let keys: Vec<Key> = (0..experts)
+            .map(|e| (w, Some(e)))
+            .chain([(w, None)])
+            .collect();
+        count_all(&mut c, &ctx, &b, &keys);
+        assert!(!c.counting());
+        let whole = c.get(&(w, None)).unwrap().as_ref().unwrap().clone();
+        let mut sum = vec![0u64; 16];
+        for e in 0..experts {
+            let h = c.get(&(w, Some(e))).unwrap().as_ref().unwrap();
+            for (s, n) in sum.iter_mut().zip(h) {
+                *s += n;
+            }
+        }
+        assert_eq!(sum, whole, "the experts' codes add up to the tensor's");
+        // One worker served every order, and it is still there for more.
+        let q = c.queue.as_ref().expect("the worker");
+        assert_eq!(q.job.name(), "nvfp4-counts");
+        // A count out of range is an error, not a panic or a wait.
+        count_all(&mut c, &ctx, &b, &[(w, Some(experts))]);
+        assert!(c.get(&(w, Some(experts))).unwrap().is_err());
+    }
+}
