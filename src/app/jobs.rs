@@ -181,6 +181,15 @@ impl<M> Job<M> {
     }
 }
 
+/// A job nobody holds is a job nobody listens to: dropping the handle asks
+/// the worker to stop, so a closed window or a replaced job does not keep
+/// a thread busy.
+impl<M> Drop for Job<M> {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,5 +239,18 @@ mod tests {
         let got = wait(&job);
         assert_eq!(got.len(), 1);
         assert!(got[0] > 0);
+    }
+
+    #[test]
+    fn dropping_the_handle_stops_the_worker() {
+        let job = Job::spawn("test-drop", 1, None, |w: Worker<()>| {
+            while !w.cancelled() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        })
+        .unwrap();
+        let token = job.token().clone();
+        drop(job);
+        assert!(token.is_cancelled());
     }
 }
