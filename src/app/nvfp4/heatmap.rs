@@ -118,6 +118,8 @@ fn build_heat(ctx: &egui::Context, view: &mut Nvfp4View, s: &Session) {
     });
 }
 
+/// Draws the layer × expert map; a click on a cell selects that set's
+/// tensor and expert.
 pub(super) fn heat_ui(
     ui: &mut egui::Ui,
     view: &mut Nvfp4View,

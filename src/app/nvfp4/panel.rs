@@ -12,6 +12,7 @@ use crate::app::{Command, Commands, RowStatus, Session};
 use crate::decode::nvfp4::{E2M1_LABELS, e4m3, e4m3_is_nan};
 use crate::decode::stats::TensorStats;
 
+/// Draws the panel for tensor `i` of the session's bundle.
 pub fn panel_ui(
     ui: &mut egui::Ui,
     view: &mut Nvfp4View,

@@ -12,6 +12,7 @@ struct Row {
     cells: [Option<f64>; 5],
 }
 
+/// Draws the per-expert table of one set.
 pub(super) fn table_ui(
     ui: &mut egui::Ui,
     view: &mut Nvfp4View,
