@@ -43,12 +43,7 @@ pub(super) fn detail_ui(
         ));
     }
     ui.add_space(6.0);
-    let findings: Vec<_> = s
-        .model
-        .findings
-        .iter()
-        .filter(|f| f.tensor.as_deref() == Some(t.name.as_str()))
-        .collect();
+    let findings: Vec<_> = s.findings_of(&t.name).collect();
     ui.label(RichText::new(format!("Findings ({})", findings.len())).strong());
     if findings.is_empty() {
         ui.label(RichText::new(if s.running() { "none so far" } else { "none" }).weak());

@@ -78,6 +78,9 @@ pub struct Session {
     /// Tensor scanned.
     pub tensor_done: Vec<bool>,
     by_name: HashMap<String, usize>,
+    /// Indices into the model's findings, by the tensor name they carry,
+    /// so the detail panel does not walk every finding each frame.
+    findings_by_name: HashMap<String, Vec<usize>>,
     /// When the audit was taken from the cache, its date. Its file
     /// verdicts then say "verified (cached)": no byte was hashed this session.
     pub cached: Option<String>,
@@ -109,6 +112,7 @@ impl Session {
             tensor_findings: Vec::new(),
             tensor_done: Vec::new(),
             by_name: HashMap::new(),
+            findings_by_name: HashMap::new(),
             cached: None,
             cached_passed: None,
             started: Instant::now(),
@@ -182,6 +186,11 @@ impl Session {
     }
 
     fn note_finding(&mut self, f: &crate::audit::Finding) {
+        if let Some(t) = &f.tensor {
+            // `model.apply` pushes it next, at this index.
+            let at = self.model.findings.len();
+            self.findings_by_name.entry(t.clone()).or_default().push(at);
+        }
         if let Some(i) = f.tensor.as_ref().and_then(|t| self.by_name.get(t))
             && let Some(c) = self.tensor_findings.get_mut(*i)
         {
@@ -191,6 +200,18 @@ impl Session {
                 Severity::Info => {}
             }
         }
+    }
+
+    /// The findings about the tensor named `name`, in arrival order.
+    pub fn findings_of<'a>(
+        &'a self,
+        name: &str,
+    ) -> impl Iterator<Item = &'a crate::audit::Finding> + 'a {
+        self.findings_by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .filter_map(|&i| self.model.findings.get(i))
     }
 
     /// Is the audit still running?
