@@ -8,60 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bundlescope::app::{App, AuditCache, Command, RowStatus, SortColumn};
+use bundlescope::app::{App, Command, RowStatus, SortColumn};
+use common::harness::*;
 use common::*;
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
-
-struct Gui {
-    harness: Harness<'static, App>,
-    _cache: tempfile::TempDir,
-}
-
-fn gui() -> Gui {
-    let cache = tempfile::tempdir().unwrap();
-    let app = App::new(Some(AuditCache::new(cache.path().to_path_buf())));
-    let harness = Harness::builder()
-        .with_size([1280.0, 820.0])
-        .build_ui_state(|ui, app: &mut App| app.ui(ui), app);
-    Gui {
-        harness,
-        _cache: cache,
-    }
-}
-
-impl Gui {
-    fn app(&mut self) -> &mut App {
-        self.harness.state_mut()
-    }
-
-    fn open(&mut self, dir: &Path) {
-        self.app().commands.push(Command::Open(dir.to_path_buf()));
-        self.harness.step();
-        self.finish();
-    }
-
-    fn finish(&mut self) {
-        assert!(
-            self.app().wait_for_audit(Duration::from_secs(60)),
-            "audit did not finish"
-        );
-        self.harness.run_steps(3);
-    }
-
-    fn verdict(&mut self) -> String {
-        self.app()
-            .session
-            .as_ref()
-            .map(|s| s.verdict_text())
-            .unwrap_or_default()
-    }
-
-    fn tensor_count(&mut self) -> usize {
-        let s = self.app().session.as_ref().unwrap();
-        s.model.bundle.as_ref().unwrap().tensors.len()
-    }
-}
 
 /// Is some node's label containing `text` on screen?
 fn shows(h: &Harness<'static, App>, text: &str) -> bool {
@@ -90,7 +41,11 @@ fn demo_opens_audits_valid_and_lists_every_tensor() {
     assert!(shows(&g.harness, "✔ Valid"));
     let n = g.tensor_count();
     assert!(n > 20);
-    assert_eq!(g.app().rows.len(), n, "every tensor of the index is a row");
+    assert_eq!(
+        g.app().rows().len(),
+        n,
+        "every tensor of the index is a row"
+    );
     // The summary tab shows the verified payload.
     assert!(shows(&g.harness, "verified"));
 }
@@ -100,7 +55,7 @@ fn filter_narrows_and_escape_clears() {
     let b = TestBundle::v2();
     let mut g = gui();
     g.open(&b.dir);
-    let all = g.app().rows.len();
+    let all = g.app().rows().len();
     g.harness
         .key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
     g.harness.run_steps(2);
@@ -108,18 +63,18 @@ fn filter_narrows_and_escape_clears() {
         .get_by_role(egui::accesskit::Role::TextInput)
         .type_text("q_proj");
     g.harness.run_steps(2);
-    let rows = g.app().rows.clone();
-    assert_eq!(g.app().view.filter, "q_proj");
+    let rows = g.app().rows().to_vec();
+    assert_eq!(g.app().view().filter, "q_proj");
     assert!(!rows.is_empty() && rows.len() < all);
     let names: Vec<String> = {
-        let s = g.app().session.as_ref().unwrap();
+        let s = g.app().session().unwrap();
         let b = s.model.bundle.as_ref().unwrap();
         rows.iter().map(|&i| b.tensors[i].name.clone()).collect()
     };
     assert!(names.iter().all(|n| n.contains("q_proj")), "{names:?}");
     g.harness.key_press(egui::Key::Escape);
     g.harness.run_steps(2);
-    assert_eq!(g.app().rows.len(), all);
+    assert_eq!(g.app().rows().len(), all);
 }
 
 #[test]
@@ -132,9 +87,9 @@ fn precision_chip_shows_only_that_precision() {
         .get_by_role_and_label(egui::accesskit::Role::Button, "q3_full8")
         .click();
     g.harness.run_steps(2);
-    let s = g.app().session.as_ref().unwrap();
+    let s = g.app().session().unwrap();
     let bundle = s.model.bundle.clone().unwrap();
-    let rows = g.app().rows.clone();
+    let rows = g.app().rows().to_vec();
     assert_eq!(rows.len(), 4);
     assert!(
         rows.iter()
@@ -149,12 +104,12 @@ fn sorting_by_resident_bytes_orders_the_table() {
     g.open(&b.dir);
     g.harness.get_by_label("resident").click_accesskit();
     g.harness.run_steps(2);
-    assert_eq!(g.app().view.sort, SortColumn::Resident);
-    let s = g.app().session.as_ref().unwrap();
+    assert_eq!(g.app().view().sort, SortColumn::Resident);
+    let s = g.app().session().unwrap();
     let bundle = s.model.bundle.clone().unwrap();
     let resident: Vec<u64> = g
         .app()
-        .rows
+        .rows()
         .iter()
         .map(|&i| bundle.tensors[i].resident_bytes.unwrap_or(0))
         .collect();
@@ -164,11 +119,11 @@ fn sorting_by_resident_bytes_orders_the_table() {
         .get_by_label_contains("resident")
         .click_accesskit();
     g.harness.run_steps(2);
-    let s = g.app().session.as_ref().unwrap();
+    let s = g.app().session().unwrap();
     let bundle = s.model.bundle.clone().unwrap();
     let resident: Vec<u64> = g
         .app()
-        .rows
+        .rows()
         .iter()
         .map(|&i| bundle.tensors[i].resident_bytes.unwrap_or(0))
         .collect();
@@ -186,21 +141,17 @@ fn a_corrupted_bundle_marks_its_tensor_and_shows_the_finding() {
     assert_eq!(g.verdict(), "Invalid (1 error)");
     assert!(shows(&g.harness, "Invalid (1 error)"));
     let i = {
-        let s = g.app().session.as_ref().unwrap();
+        let s = g.app().session().unwrap();
         s.model.bundle.as_ref().unwrap().find(name).unwrap()
     };
-    assert_eq!(
-        g.app().session.as_ref().unwrap().status(i),
-        RowStatus::Error
-    );
+    assert_eq!(g.app().session().unwrap().status(i), RowStatus::Error);
     // Sort errors first, then click the row by its name.
-    g.app().view.sort = SortColumn::Status;
-    g.app().view.ascending = true;
+    g.send(Command::SortTable(SortColumn::Status, true));
     g.harness.run_steps(2);
-    assert_eq!(g.app().rows.first(), Some(&i));
+    assert_eq!(g.app().rows().first(), Some(&i));
     g.harness.get_by_label(name).click();
     g.harness.run_steps(2);
-    assert_eq!(g.app().selected, Some(i));
+    assert_eq!(g.app().selected(), Some(i));
     assert!(shows(&g.harness, "scales are not finite and > 0"));
     assert!(shows(&g.harness, &format!("offset {at}")));
 }
@@ -215,7 +166,7 @@ fn dropping_a_folder_opens_it() {
         .push(Arc::new(Dropped(b.dir.clone())));
     g.harness.step();
     g.finish();
-    assert_eq!(g.app().session.as_ref().unwrap().path, b.dir);
+    assert_eq!(g.app().session().unwrap().path, b.dir);
     assert_eq!(g.verdict(), "Valid");
     // Dropping the manifest file opens its folder too.
     let other = TestBundle::v2();
@@ -227,7 +178,7 @@ fn dropping_a_folder_opens_it() {
     g.finish();
     assert_eq!(g.verdict(), "Valid");
     assert_eq!(
-        g.app().session.as_ref().unwrap().path,
+        g.app().session().unwrap().path,
         other.dir.join("manifest.json")
     );
 }
@@ -239,15 +190,15 @@ fn arrows_move_the_selection() {
     g.open(&b.dir);
     g.harness.key_press(egui::Key::ArrowDown);
     g.harness.run_steps(2);
-    let first = g.app().rows[0];
-    assert_eq!(g.app().selected, Some(first));
+    let first = g.app().rows()[0];
+    assert_eq!(g.app().selected(), Some(first));
     g.harness.key_press(egui::Key::ArrowDown);
     g.harness.run_steps(2);
-    let second = g.app().rows[1];
-    assert_eq!(g.app().selected, Some(second));
+    let second = g.app().rows()[1];
+    assert_eq!(g.app().selected(), Some(second));
     g.harness.key_press(egui::Key::ArrowUp);
     g.harness.run_steps(2);
-    assert_eq!(g.app().selected, Some(first));
+    assert_eq!(g.app().selected(), Some(first));
     let name = g.app().selected_name().unwrap();
     assert!(
         g.harness.query_all_by_label(&name).count() >= 2,
@@ -260,9 +211,9 @@ fn reopening_an_unchanged_bundle_uses_the_cache_and_a_change_invalidates_it() {
     let b = TestBundle::v2();
     let mut g = gui();
     g.open(&b.dir);
-    assert!(g.app().session.as_ref().unwrap().cached.is_none());
+    assert!(g.app().session().unwrap().cached.is_none());
     g.open(&b.dir);
-    let s = g.app().session.as_ref().unwrap();
+    let s = g.app().session().unwrap();
     assert!(s.cached.is_some(), "second open should come from the cache");
     assert!(!s.running());
     assert_eq!(g.verdict(), "Valid");
@@ -271,11 +222,11 @@ fn reopening_an_unchanged_bundle_uses_the_cache_and_a_change_invalidates_it() {
     g.harness.get_by_label("Re-verify").click();
     g.harness.step();
     g.finish();
-    assert!(g.app().session.as_ref().unwrap().cached.is_none());
+    assert!(g.app().session().unwrap().cached.is_none());
     // Change the payload: the cache must miss.
     b.patch_payload(false, |p| p[0] ^= 1);
     g.open(&b.dir);
-    assert!(g.app().session.as_ref().unwrap().cached.is_none());
+    assert!(g.app().session().unwrap().cached.is_none());
     assert_eq!(g.verdict(), "Invalid (1 error)");
 }
 
@@ -284,12 +235,98 @@ fn opening_another_bundle_cancels_the_running_audit() {
     let a = TestBundle::v2();
     let b = TestBundle::v2();
     let mut g = gui();
-    g.app().commands.push(Command::Open(a.dir.clone()));
-    g.app().commands.push(Command::Open(b.dir.clone()));
-    g.harness.step();
+    // Commands are carried out without a frame in between, so a's audit
+    // cannot finish (be drained) before b replaces it.
+    g.send(Command::Open(a.dir.clone()));
+    g.app().handle_commands();
+    // The first audit is running (its job is alive, nothing replaced yet).
+    assert!(g.state().session().unwrap().running());
+    assert!(g.state().replaced_audits().is_empty());
+    g.send(Command::Open(b.dir.clone()));
+    g.app().handle_commands();
+    // Opening b told a's audit to stop: its token is the one replaced, and set.
+    let replaced = g.state().replaced_audits();
+    assert_eq!(replaced.len(), 1, "one audit was replaced");
+    assert!(
+        replaced[0].is_cancelled(),
+        "the replaced audit was cancelled"
+    );
     g.finish();
-    assert_eq!(g.app().session.as_ref().unwrap().path, b.dir);
+    assert_eq!(g.app().session().unwrap().path, b.dir);
     assert_eq!(g.verdict(), "Valid");
+}
+
+/// Sets a file's mtime back to `t` (what `touch -r` does).
+fn set_mtime(path: &Path, t: std::time::SystemTime) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.set_times(std::fs::FileTimes::new().set_modified(t))
+        .unwrap();
+}
+
+#[test]
+fn an_edit_with_its_mtime_set_back_misses_the_cache() {
+    let b = TestBundle::v2();
+    let mut g = gui();
+    g.open(&b.dir);
+    assert_eq!(g.verdict(), "Valid");
+    // Flip a payload byte in place (same size, same inode), then put the
+    // mtime back as `touch -r` would: only the ctime tells.
+    let payload = b.payload();
+    let before = std::fs::metadata(&payload).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut bytes = std::fs::read(&payload).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&payload, &bytes).unwrap();
+    set_mtime(&payload, before.modified().unwrap());
+    let after = std::fs::metadata(&payload).unwrap();
+    assert_eq!(after.modified().unwrap(), before.modified().unwrap());
+    assert_eq!(after.len(), before.len());
+    g.open(&b.dir);
+    let s = g.state().session().unwrap();
+    assert!(
+        s.cached.is_none(),
+        "the edited bundle must not come from the cache"
+    );
+    assert_eq!(g.verdict(), "Invalid (1 error)");
+    assert!(!g.shows("verified"), "the payload is no longer verified");
+}
+
+#[test]
+fn a_cached_verdict_says_so_until_the_background_reverify_hashes_the_bytes() {
+    let b = TestBundle::v2();
+    let mut g = Gui::new(GuiOptions {
+        reverify_limit: bundlescope::app::REVERIFY_LIMIT,
+        ..GuiOptions::default()
+    });
+    g.open(&b.dir);
+    assert!(g.app().wait_for_reverify(Duration::from_secs(60)));
+    g.harness.run_steps(2);
+    assert!(g.shows("✔ verified"));
+    assert!(!g.shows("verified (cached)"), "hashed in this session");
+    // Reopen: the verdict comes from the cache at once, and says so. Frames
+    // are run one by one: the frame that applies the cached verdict starts
+    // the re-verify, whose result cannot arrive before the next frame.
+    g.send(Command::Open(b.dir.clone()));
+    for _ in 0..2000 {
+        g.harness.step();
+        if g.state().session().is_some_and(|s| !s.running()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(g.state().session().unwrap().cached.is_some());
+    assert_eq!(g.verdict(), "Valid");
+    assert!(g.shows("✔ verified (cached)"), "cached, not hashed yet");
+    assert!(
+        g.state().reverifying(),
+        "the re-verify runs in the background"
+    );
+    assert!(g.app().wait_for_reverify(Duration::from_secs(60)));
+    g.harness.run_steps(2);
+    assert!(g.state().session().unwrap().cached.is_none());
+    assert_eq!(g.verdict(), "Valid");
+    assert!(g.shows("✔ verified"));
+    assert!(!g.shows("verified (cached)"), "re-hashed now");
 }
 
 #[test]
@@ -316,8 +353,7 @@ fn quality_view_ranks_the_broken_tensor_first_and_selects_it() {
     let rows = bundlescope::app::quality_rows(g.app());
     let i = g
         .app()
-        .session
-        .as_ref()
+        .session()
         .unwrap()
         .model
         .bundle
@@ -339,7 +375,7 @@ fn quality_view_ranks_the_broken_tensor_first_and_selects_it() {
         .unwrap();
     row.click();
     g.harness.run_steps(2);
-    assert_eq!(g.app().selected, Some(i));
+    assert_eq!(g.app().selected(), Some(i));
     // The detail panel now shows the charts and the statistics of that tensor.
     for text in [
         "Codes",
@@ -362,8 +398,9 @@ fn save_report_writes_the_cli_report_and_never_into_the_bundle() {
     let mut g = gui();
     g.open(&b.dir);
     let out = b.tmp.path().join("report.json");
-    g.app().commands.push(Command::SaveReport(out.clone()));
-    g.harness.run_steps(2);
+    g.app().send(Command::SaveReport(out.clone()));
+    g.harness.step();
+    assert!(g.app().wait_for_writes(Duration::from_secs(30)));
     let saved: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let cli = audit_json(&b.dir).json();
     for key in ["verdict", "findings", "files", "totals", "provenance"] {
@@ -375,13 +412,50 @@ fn save_report_writes_the_cli_report_and_never_into_the_bundle() {
     );
     // Inside the bundle folder: refused, with a message, and nothing written.
     let inside = b.dir.join("report.json");
-    g.app().commands.push(Command::SaveReport(inside.clone()));
+    g.app().send(Command::SaveReport(inside.clone()));
+    g.harness.step();
+    assert!(g.app().wait_for_writes(Duration::from_secs(30)));
     g.harness.run_steps(2);
     assert!(!inside.exists());
     assert!(
         g.app()
-            .notice
-            .as_ref()
-            .is_some_and(|(m, error)| *error && m.contains("never writes"))
+            .notice()
+            .is_some_and(|n| n.is_error && n.message.contains("never writes"))
     );
+}
+
+/// Saves a report to `out` and says whether the app refused (and wrote nothing).
+fn refused(g: &mut Gui, out: &Path) -> bool {
+    g.send(Command::SaveReport(out.to_path_buf()));
+    g.harness.step();
+    assert!(g.app().wait_for_writes(Duration::from_secs(30)));
+    g.harness.run_steps(2);
+    !out.exists()
+        && g.state()
+            .notice()
+            .is_some_and(|n| n.is_error && n.message.contains("never writes"))
+}
+
+#[test]
+fn save_report_refuses_the_bundle_folder_however_it_was_opened() {
+    let b = TestBundle::v2();
+    let mut g = gui();
+    // Through its manifest: the folder is the manifest's parent.
+    g.open(&b.dir.join("manifest.json"));
+    assert_eq!(g.verdict(), "Valid");
+    assert!(refused(&mut g, &b.dir.join("report.json")));
+    // Through a symlink to the folder: the real folder is still refused,
+    // and so is the same place reached through the link.
+    let link = b.tmp.path().join("link");
+    std::os::unix::fs::symlink(&b.dir, &link).unwrap();
+    g.open(&link);
+    assert_eq!(g.verdict(), "Valid");
+    assert!(refused(&mut g, &b.dir.join("report.json")));
+    assert!(refused(&mut g, &link.join("report.json")));
+    // Beside the folder is fine.
+    let beside = b.tmp.path().join("report.json");
+    g.send(Command::SaveReport(beside.clone()));
+    g.harness.step();
+    assert!(g.app().wait_for_writes(Duration::from_secs(30)));
+    assert!(beside.exists());
 }

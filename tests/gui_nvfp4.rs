@@ -4,15 +4,14 @@
 //! cell) and the messages shown instead of charts for broken sets.
 #![cfg(feature = "gui")]
 
-use std::path::Path;
 use std::time::Duration;
 
 mod common;
 
-use bundlescope::app::{App, AuditCache, Command, HeatStat};
+use bundlescope::app::{Command, HeatStat};
 use bundlescope::sample::nvfp4::Nvfp4Options;
+use common::harness::{Gui, GuiOptions};
 use common::nvfp4::Artifact;
-use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use serde_json::json;
 
@@ -39,54 +38,21 @@ fn byte_counts(bytes: &[u8]) -> Vec<u64> {
     c
 }
 
-struct Gui {
-    harness: Harness<'static, App>,
-    _cache: tempfile::TempDir,
-}
-
 /// A window tall enough that the whole panel, map included, is on screen.
 fn gui() -> Gui {
-    let cache = tempfile::tempdir().unwrap();
-    let app = App::new(Some(AuditCache::new(cache.path().to_path_buf())));
-    let harness = Harness::builder()
-        .with_size([1280.0, 2000.0])
-        .build_ui_state(|ui, app: &mut App| app.ui(ui), app);
-    Gui {
-        harness,
-        _cache: cache,
-    }
+    Gui::new(GuiOptions {
+        size: [1280.0, 2000.0],
+        ..GuiOptions::default()
+    })
 }
 
+/// What only these tests need of the shared harness.
 impl Gui {
-    fn app(&mut self) -> &mut App {
-        self.harness.state_mut()
-    }
-
-    fn open(&mut self, dir: &Path) {
-        self.app().commands.push(Command::Open(dir.to_path_buf()));
-        self.harness.step();
-        assert!(self.app().wait_for_audit(Duration::from_secs(60)));
-        self.harness.run_steps(3);
-    }
-
-    fn index(&mut self, name: &str) -> usize {
-        let s = self.app().session.as_ref().unwrap();
-        s.model.bundle.as_ref().unwrap().find(name).unwrap()
-    }
-
-    fn select(&mut self, name: &str) -> usize {
-        let i = self.index(name);
-        self.app().commands.push(Command::Select(Some(i)));
-        self.harness.run_steps(3);
-        assert_eq!(self.app().selected, Some(i));
-        i
-    }
-
     /// Runs frames until the background count of (tensor, expert) is in.
     fn counted(&mut self, i: usize, expert: Option<usize>) -> Vec<u64> {
         for _ in 0..2000 {
             self.harness.step();
-            if let Some(h) = self.app().nvfp4.hist(i, expert) {
+            if let Some(h) = self.app().nvfp4().hist(i, expert) {
                 let h = h.to_vec();
                 self.harness.run_steps(2);
                 return h;
@@ -94,13 +60,6 @@ impl Gui {
             std::thread::sleep(Duration::from_millis(5));
         }
         panic!("the count of tensor {i}, expert {expert:?} never finished");
-    }
-
-    fn shows(&self, text: &str) -> bool {
-        self.harness
-            .query_all_by_label_contains(text)
-            .next()
-            .is_some()
     }
 
     /// The expert picker's text (the first combo box of the panel).
@@ -116,7 +75,7 @@ impl Gui {
     fn settle(&mut self) {
         for _ in 0..2000 {
             self.harness.step();
-            if !self.app().nvfp4.counting() {
+            if !self.app().nvfp4().counting() {
                 self.harness.run_steps(3);
                 return;
             }
@@ -153,11 +112,11 @@ fn a_moe_weight_shows_the_picker_and_counts_every_code_off_the_frame() {
     let global = g.index(&format!("{L1_UP}.global_scale"));
     g.harness.get_by_label("global_scale").click();
     g.harness.run_steps(3);
-    assert_eq!(g.app().selected, Some(global));
+    assert_eq!(g.app().selected(), Some(global));
     assert!(g.shows("NVFP4 experts · layer 1 · gate_up_proj"));
     g.harness.get_by_label("weight").click();
     g.harness.run_steps(3);
-    assert_eq!(g.app().selected, Some(w));
+    assert_eq!(g.app().selected(), Some(w));
     let counts = g.counted(w, None);
     let words = a.bytes(&format!("{L1_UP}.weight"));
     let expected = nibble_counts(&words);
@@ -179,12 +138,12 @@ fn a_moe_weight_shows_the_picker_and_counts_every_code_off_the_frame() {
     // Cached: a second visit does not count again.
     let scales = g.select(&format!("{L1_UP}.scales"));
     g.select(&format!("{L1_UP}.weight"));
-    assert!(!g.app().nvfp4.counting());
-    assert_eq!(g.app().nvfp4.hist(w, None), Some(expected.as_slice()));
+    assert!(!g.app().nvfp4().counting());
+    assert_eq!(g.app().nvfp4().hist(w, None), Some(expected.as_slice()));
     // From the scales tensor the same panel and the same counts are reachable.
     g.select(&format!("{L1_UP}.scales"));
     assert!(g.shows("NVFP4 experts · layer 1 · gate_up_proj"));
-    assert_eq!(g.app().selected, Some(scales));
+    assert_eq!(g.app().selected(), Some(scales));
 }
 
 #[test]
@@ -204,7 +163,7 @@ fn brackets_step_the_expert_and_its_codes_and_scales_are_its_own() {
         g.harness.key_press(egui::Key::CloseBracket);
         g.harness.run_steps(2);
     }
-    assert_eq!(g.app().nvfp4.expert, Some(k));
+    assert_eq!(g.app().nvfp4().expert, Some(k));
     assert_eq!(g.picker(), format!("expert {k}"), "the picker shows it");
     let codes = g.counted(w, Some(k));
     assert_eq!(
@@ -221,7 +180,7 @@ fn brackets_step_the_expert_and_its_codes_and_scales_are_its_own() {
     assert!(g.shows(&format!("{} scale bytes over expert {k}", 128 * 8)));
     // All experts' E4M3 histogram is the audit's, equal to the shard bytes.
     let audit_hist = {
-        let st = g.app().session.as_ref().unwrap().model.stats[s].clone();
+        let st = g.app().session().unwrap().model.stats[s].clone();
         st.unwrap().e4m3.unwrap().hist
     };
     assert_eq!(audit_hist, byte_counts(&scale_bytes));
@@ -230,12 +189,12 @@ fn brackets_step_the_expert_and_its_codes_and_scales_are_its_own() {
         g.harness.key_press(egui::Key::CloseBracket);
         g.harness.step();
     }
-    assert_eq!(g.app().nvfp4.expert, Some(EXPERTS - 1));
+    assert_eq!(g.app().nvfp4().expert, Some(EXPERTS - 1));
     for _ in 0..EXPERTS + 2 {
         g.harness.key_press(egui::Key::OpenBracket);
         g.harness.step();
     }
-    assert_eq!(g.app().nvfp4.expert, None);
+    assert_eq!(g.app().nvfp4().expert, None);
     // The combo picks too.
     assert_eq!(g.picker(), "all experts");
     g.harness
@@ -246,7 +205,7 @@ fn brackets_step_the_expert_and_its_codes_and_scales_are_its_own() {
     g.harness.run_steps(2);
     g.harness.get_by_label("expert 5").click();
     g.harness.run_steps(2);
-    assert_eq!(g.app().nvfp4.expert, Some(5));
+    assert_eq!(g.app().nvfp4().expert, Some(5));
     assert_eq!(
         g.counted(w, Some(5)),
         nibble_counts(&words[5 * per_words..6 * per_words])
@@ -257,7 +216,7 @@ fn brackets_step_the_expert_and_its_codes_and_scales_are_its_own() {
     g.harness.run_steps(2);
     g.harness.key_press(egui::Key::CloseBracket);
     g.harness.run_steps(2);
-    assert_eq!(g.app().nvfp4.expert, Some(5));
+    assert_eq!(g.app().nvfp4().expert, Some(5));
 }
 
 #[test]
@@ -269,26 +228,26 @@ fn clicking_a_map_cell_selects_that_tensor_and_expert() {
     assert!(g.shows("layer × expert map"));
     let target = g.index(&format!("{L2_DOWN}.weight"));
     g.settle();
-    let pos = g.app().nvfp4.heat_cell_pos(target, 5).unwrap();
+    let pos = g.app().nvfp4().heat_cell_pos(target, 5).unwrap();
     g.hover(pos);
     assert!(
         g.shows("layer 2 · down_proj · expert 5"),
         "hover names the cell"
     );
     g.click_at(pos);
-    assert_eq!(g.app().selected, Some(target));
-    assert_eq!(g.app().nvfp4.expert, Some(5));
+    assert_eq!(g.app().selected(), Some(target));
+    assert_eq!(g.app().nvfp4().expert, Some(5));
     assert!(g.shows("NVFP4 experts · layer 2 · down_proj"));
     // From a scales tensor, a click keeps showing scales.
     g.select(&format!("{L1_UP}.scales"));
     let scales = g.index("model.decoder.layers.0.experts.gate_up_proj.scales");
     g.settle();
-    let pos = g.app().nvfp4.heat_cell_pos(scales, 1).unwrap();
+    let pos = g.app().nvfp4().heat_cell_pos(scales, 1).unwrap();
     g.click_at(pos);
-    assert_eq!(g.app().selected, Some(scales));
-    assert_eq!(g.app().nvfp4.expert, Some(1));
+    assert_eq!(g.app().selected(), Some(scales));
+    assert_eq!(g.app().nvfp4().expert, Some(1));
     // Every layer and both projections are rows of the map.
-    let sets = g.app().nvfp4.sets().len();
+    let sets = g.app().nvfp4().sets().len();
     assert_eq!(sets, 4 * 2);
 }
 
@@ -304,13 +263,13 @@ fn one_edited_global_scale_is_the_extreme_cell() {
     let mut g = gui();
     g.open(&a.dir);
     assert_eq!(
-        g.app().session.as_ref().unwrap().verdict_text(),
+        g.app().session().unwrap().verdict_text(),
         "Valid",
         "a large global scale is still a valid one"
     );
     g.select(&format!("{L1_UP}.weight"));
     let w = g.index(&format!("{L2_DOWN}.weight"));
-    assert_eq!(g.app().nvfp4.heat_extreme(), Some((w, e)));
+    assert_eq!(g.app().nvfp4().heat_extreme(), Some((w, e)));
     assert!(g.shows("most extreme: layer 2 · down_proj · expert 5"));
     // Zero is invalid: flagged by the audit, still the extreme cell.
     let b = Artifact::sample();
@@ -319,11 +278,11 @@ fn one_edited_global_scale_is_the_extreme_cell() {
     });
     g.open(&b.dir);
     g.select(&format!("{L1_UP}.weight"));
-    assert_eq!(g.app().nvfp4.heat_extreme(), Some((w, e)));
+    assert_eq!(g.app().nvfp4().heat_extreme(), Some((w, e)));
     // Another statistic, another picture: the E4M3 means show no such outlier there.
-    g.app().nvfp4.heat_stat = HeatStat::MeanScale;
+    g.send(Command::HeatStat(HeatStat::MeanScale));
     g.harness.run_steps(2);
-    assert_ne!(g.app().nvfp4.heat_extreme(), Some((w, e)));
+    assert_ne!(g.app().nvfp4().heat_extreme(), Some((w, e)));
 }
 
 #[test]
@@ -339,10 +298,10 @@ fn a_nan_scale_is_marked_and_broken_sets_show_a_message_instead() {
     assert!(g.shows("1 NaN (0x7F/0xFF)"));
     // The scales have errors: an expert's scales are not counted.
     let s = g.index(&name);
-    g.app().nvfp4.expert = Some(4);
+    g.send(Command::PickExpert(Some(4)));
     g.harness.run_steps(3);
     assert!(g.shows("The scales have errors"));
-    assert!(g.app().nvfp4.hist(s, Some(4)).is_none());
+    assert!(g.app().nvfp4().hist(s, Some(4)).is_none());
 
     // A scales shape that disagrees with its weight: the set has no layout.
     let b = Artifact::sample();
@@ -360,10 +319,10 @@ fn a_nan_scale_is_marked_and_broken_sets_show_a_message_instead() {
     let w = g.select(&format!("{L1_UP}.weight"));
     assert!(g.shows("The metadata of this expert set is broken"));
     g.harness.run_steps(3);
-    assert!(!g.app().nvfp4.counting());
-    assert!(g.app().nvfp4.hist(w, None).is_none());
+    assert!(!g.app().nvfp4().counting());
+    assert!(g.app().nvfp4().hist(w, None).is_none());
     assert!(
-        g.app().nvfp4.heat_cell_pos(w, 0).is_none(),
+        g.app().nvfp4().heat_cell_pos(w, 0).is_none(),
         "not a row of the map"
     );
 }
@@ -392,9 +351,9 @@ fn the_table_lists_tensors_shard_by_shard_in_data_order_and_names_naturally() {
     }
     let names = |g: &mut Gui| -> Vec<String> {
         g.app().refresh_rows();
-        let app = g.app();
-        let b = app.session.as_ref().unwrap().model.bundle.as_ref().unwrap();
-        app.rows
+        let app = g.state();
+        let b = app.session().unwrap().model.bundle.as_ref().unwrap();
+        app.rows()
             .iter()
             .map(|&i| b.tensors[i].name.clone())
             .collect()
@@ -402,7 +361,8 @@ fn the_table_lists_tensors_shard_by_shard_in_data_order_and_names_naturally() {
     assert_eq!(names(&mut g), expected);
 
     // By name, layer 10 would follow layer 9: digits compare as numbers.
-    g.app().view.sort = bundlescope::app::SortColumn::Name;
+    g.send(Command::SortTable(bundlescope::app::SortColumn::Name, true));
+    g.harness.step();
     let by_name = names(&mut g);
     let layer = |n: &str| {
         n.strip_prefix("model.decoder.layers.")
@@ -423,7 +383,7 @@ fn clicking_a_global_scale_bar_picks_that_expert() {
     g.open(&a.dir);
     g.select(&format!("{L1_UP}.weight"));
     g.settle();
-    assert_eq!(g.app().nvfp4.expert, None);
+    assert_eq!(g.app().nvfp4().expert, None);
     // The scales as the shard stores them (little-endian F32), read here.
     let globals: Vec<f64> = a
         .bytes(&format!("{L1_UP}.global_scale"))
@@ -432,10 +392,10 @@ fn clicking_a_global_scale_bar_picks_that_expert() {
         .collect();
     assert_eq!(globals.len(), EXPERTS);
     for e in [6, 0] {
-        let pos = g.app().nvfp4.global_bar_pos(e, globals[e]).unwrap();
+        let pos = g.app().nvfp4().global_bar_pos(e, globals[e]).unwrap();
         g.click_at(pos);
         assert_eq!(
-            g.app().nvfp4.expert,
+            g.app().nvfp4().expert,
             Some(e),
             "clicked the bar of expert {e}"
         );

@@ -4,89 +4,49 @@
 
 mod common;
 
-use std::path::Path;
-use std::time::Duration;
-
-use bundlescope::app::{App, CentralTab, Command};
+use bundlescope::app::{CentralTab, Command};
 use bundlescope::sample::{self, SampleFormat, SampleOptions};
+use common::harness::{Gui, GuiOptions};
 use common::*;
 use egui::Key;
-use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 
-fn harness() -> Harness<'static, App> {
-    Harness::builder()
-        .with_size([1400.0, 900.0])
-        .build_ui_state(|ui, app: &mut App| app.ui(ui), App::new(None))
-}
-
-fn open(h: &mut Harness<'static, App>, dir: &Path) {
-    h.state_mut()
-        .commands
-        .push(Command::Open(dir.to_path_buf()));
-    h.step();
-    assert!(h.state_mut().wait_for_audit(Duration::from_secs(60)));
-    h.run_steps(2);
-}
-
-fn index(h: &Harness<'static, App>, name: &str) -> usize {
-    h.state()
-        .session
-        .as_ref()
-        .unwrap()
-        .model
-        .bundle
-        .as_ref()
-        .unwrap()
-        .find(name)
-        .unwrap()
-}
-
-fn select(h: &mut Harness<'static, App>, name: &str) -> usize {
-    let i = index(h, name);
-    h.state_mut().commands.push(Command::Select(Some(i)));
-    h.run_steps(3);
-    i
-}
-
-fn wait_spot(h: &mut Harness<'static, App>) {
-    assert!(
-        h.state_mut().spot.wait(Duration::from_secs(90)),
-        "spot check did not finish"
-    );
-    h.run_steps(3);
-}
-
-fn shows(h: &Harness<'static, App>, text: &str) -> bool {
-    h.query_all_by_label_contains(text).next().is_some()
+/// A window wide enough for the results table, without an audit cache.
+fn harness() -> Gui {
+    Gui::new(GuiOptions {
+        size: [1400.0, 900.0],
+        cache: false,
+        ..GuiOptions::default()
+    })
 }
 
 #[test]
 fn run_on_mlx_checks_the_selected_tensor_and_shows_the_result() {
     let b = TestBundle::v2();
     let mut h = harness();
-    open(&mut h, &b.dir);
+    h.open(&b.dir);
     let name = b.first_of("q4")["name"].as_str().unwrap().to_string();
-    let i = select(&mut h, &name);
-    assert!(h.state().spot.results_of(i).is_none());
-    h.get_by_label("Run on MLX").click();
-    h.run_steps(2);
-    wait_spot(&mut h);
-    let r = h.state().spot.results_of(i).expect("results").to_vec();
+    let i = h.select(&name);
+    assert!(h.state().spot().results_of(i).is_none());
+    h.harness.get_by_label("Run on MLX").click();
+    h.harness.run_steps(2);
+    h.wait_spot();
+    let r = h.state().spot().results_of(i).expect("results").to_vec();
     assert!(!r.is_empty());
     assert!(r.iter().all(|r| r.pass && r.tensor == name), "{r:?}");
     assert!(r[0].rel_err <= 1e-5);
     assert_eq!(r[0].device, "cpu");
-    assert!(shows(&h, "✔ pass"));
-    assert!(shows(&h, "cpu"));
+    assert!(h.shows("✔ pass"));
+    assert!(h.shows("cpu"));
 
     // Cmd+K checks the selection too, here a q3 tensor.
     let q3 = b.first_of("q3")["name"].as_str().unwrap().to_string();
-    let j = select(&mut h, &q3);
-    h.key_press_modifiers(egui::Modifiers::COMMAND, Key::K);
-    h.run_steps(2);
-    wait_spot(&mut h);
-    let r = h.state().spot.results_of(j).expect("Cmd+K ran the check");
+    let j = h.select(&q3);
+    h.harness
+        .key_press_modifiers(egui::Modifiers::COMMAND, Key::K);
+    h.harness.run_steps(2);
+    h.wait_spot();
+    let r = h.state().spot().results_of(j).expect("Cmd+K ran the check");
     assert_eq!(r[0].precision, "q3");
 }
 
@@ -94,10 +54,10 @@ fn run_on_mlx_checks_the_selected_tensor_and_shows_the_result() {
 fn a_stored_tensor_offers_no_spot_check() {
     let b = TestBundle::v2();
     let mut h = harness();
-    open(&mut h, &b.dir);
+    h.open(&b.dir);
     let dense = b.first_of("original")["name"].as_str().unwrap().to_string();
-    select(&mut h, &dense);
-    assert!(!shows(&h, "Run on MLX"));
+    h.select(&dense);
+    assert!(!h.shows("Run on MLX"));
 }
 
 #[test]
@@ -121,20 +81,18 @@ fn spot_check_all_against_a_reference_ranks_the_permuted_tensor_first() {
     });
 
     let mut h = harness();
-    open(&mut h, &b.dir);
-    assert_eq!(h.state().session.as_ref().unwrap().verdict_text(), "Valid");
-    h.state_mut()
-        .commands
-        .push(Command::SetReference(reference.clone()));
-    h.run_steps(2);
-    wait_spot(&mut h);
-    assert_eq!(h.state().central, CentralTab::SpotChecks);
-    assert!(shows(&h, &reference.display().to_string()));
+    h.open(&b.dir);
+    assert_eq!(h.state().session().unwrap().verdict_text(), "Valid");
+    h.send(Command::SetReference(reference.clone()));
+    h.harness.run_steps(2);
+    h.wait_spot();
+    assert_eq!(h.state().central(), CentralTab::SpotChecks);
+    assert!(h.shows(&reference.display().to_string()));
 
-    h.get_by_label("Spot-check all").click();
-    h.run_steps(2);
-    wait_spot(&mut h);
-    let report = h.state().spot.all.clone().expect("a report");
+    h.harness.get_by_label("Spot-check all").click();
+    h.harness.run_steps(2);
+    h.wait_spot();
+    let report = h.state().spot().all.clone().expect("a report");
     assert_eq!(report.failed, 1, "{:?}", report.results);
     assert_eq!(report.results[0].tensor, name);
     assert!(!report.results[0].pass);
@@ -149,8 +107,8 @@ fn spot_check_all_against_a_reference_ranks_the_permuted_tensor_first() {
         .filter_map(|r| r.reference.as_ref().map(|q| q.output_rel_err))
         .collect();
     assert!(ranked.windows(2).all(|w| w[0] >= w[1]), "{ranked:?}");
-    assert!(shows(&h, "✖ FAIL"));
-    assert!(shows(&h, "1 failed"));
+    assert!(h.shows("✖ FAIL"));
+    assert!(h.shows("1 failed"));
 }
 
 #[test]
@@ -167,11 +125,10 @@ fn spot_check_all_shows_progress_and_cancels() {
     )
     .unwrap();
     let mut h = harness();
-    open(&mut h, &dir);
+    h.open(&dir);
     let packed = h
         .state()
-        .session
-        .as_ref()
+        .session()
         .unwrap()
         .model
         .bundle
@@ -181,19 +138,26 @@ fn spot_check_all_shows_progress_and_cancels() {
         .iter()
         .filter(|t| t.precision.packed().is_some() && t.alias_of.is_none())
         .count();
-    h.key_press_modifiers(egui::Modifiers::COMMAND | egui::Modifiers::SHIFT, Key::K);
-    h.run_steps(2);
-    assert!(h.state().spot.running(), "Shift+Cmd+K started the checks");
+    h.harness
+        .key_press_modifiers(egui::Modifiers::COMMAND | egui::Modifiers::SHIFT, Key::K);
+    h.harness.run_steps(2);
+    assert!(h.state().spot().running(), "Shift+Cmd+K started the checks");
     // The stream panel shows the run with its own progress and Cancel.
-    assert!(shows(&h, "Spot check"));
-    h.state().spot.cancel();
-    wait_spot(&mut h);
-    let report = h.state().spot.all.clone().expect("a report");
+    assert!(h.shows("Spot check"));
+    // Its Cancel is a button that sends a command, like every other.
+    h.harness
+        .get_all_by_label("Cancel")
+        .next()
+        .expect("a Cancel button")
+        .click();
+    h.harness.run_steps(2);
+    h.wait_spot();
+    let report = h.state().spot().all.clone().expect("a report");
     assert!(report.cancelled);
     assert!(
         report.results.len() < packed,
         "{} of {packed}",
         report.results.len()
     );
-    assert!(shows(&h, "(cancelled)"));
+    assert!(h.shows("(cancelled)"));
 }

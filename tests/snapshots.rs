@@ -6,11 +6,9 @@
 
 mod common;
 
-use std::time::Duration;
-
-use bundlescope::app::{App, Command};
-use common::*;
-use egui_kittest::{Harness, SnapshotOptions};
+use common::TestBundle;
+use common::harness::{Gui, GuiOptions};
+use egui_kittest::SnapshotOptions;
 
 /// The one options factory of every snapshot: a small per-pixel tolerance
 /// so GL and Vulkan CPU adapters both pass, no failed-pixel allowance.
@@ -18,33 +16,18 @@ fn options() -> SnapshotOptions {
     SnapshotOptions::new().threshold(0.6)
 }
 
-fn harness() -> Harness<'static, App> {
-    Harness::builder()
-        .with_size([1280.0, 820.0])
-        .wgpu()
-        .build_ui_state(|ui, app: &mut App| app.ui(ui), App::new(None))
+fn harness() -> Gui {
+    Gui::new(GuiOptions {
+        wgpu: true,
+        cache: false,
+        ..GuiOptions::default()
+    })
 }
 
-fn open(h: &mut Harness<'static, App>, dir: &std::path::Path, select: &str) {
-    h.state_mut()
-        .commands
-        .push(Command::Open(dir.to_path_buf()));
-    h.step();
-    assert!(h.state_mut().wait_for_audit(Duration::from_secs(60)));
-    h.run_steps(2);
-    let i = h
-        .state()
-        .session
-        .as_ref()
-        .unwrap()
-        .model
-        .bundle
-        .as_ref()
-        .unwrap()
-        .find(select)
-        .unwrap();
-    h.state_mut().commands.push(Command::Select(Some(i)));
-    h.run_steps(4);
+fn open(h: &mut Gui, dir: &std::path::Path, select: &str) {
+    h.open(dir);
+    h.select(select);
+    h.harness.run_steps(1);
 }
 
 #[test]
@@ -56,7 +39,7 @@ fn valid_bundle_with_a_q3_tensor_selected() {
         &b.dir,
         "language_model.model.layers.0.mlp.gate_proj.weight",
     );
-    h.snapshot_options("valid_q3_selected", &options());
+    h.harness.snapshot_options("valid_q3_selected", &options());
 }
 
 #[test]
@@ -67,5 +50,6 @@ fn invalid_bundle_shows_the_error_on_its_tensor() {
     b.patch_payload(true, |p| p[at] |= 0xf0);
     let mut h = harness();
     open(&mut h, &b.dir, name);
-    h.snapshot_options("invalid_reserved_code", &options());
+    h.harness
+        .snapshot_options("invalid_reserved_code", &options());
 }

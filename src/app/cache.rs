@@ -1,6 +1,8 @@
 //! The audit cache: a finished audit is remembered, keyed by the bundle
-//! folder's files (name, size, mtime, inode). Reopening an unchanged bundle
+//! folder's files (name, size, mtime, and what a user cannot set back: the
+//! ctime to the nanosecond, device and inode). Reopening an unchanged bundle
 //! shows its verdict at once; any change to any file misses the cache.
+//! Every method here touches the disk: the app calls them from jobs only.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,8 +21,10 @@ pub struct AuditCache {
     dir: PathBuf,
 }
 
+/// One remembered audit, as stored.
 #[derive(Serialize, Deserialize)]
-struct Entry {
+pub(super) struct Entry {
+    /// Filled in by [`AuditCache::store`], from the files as they are then.
     fingerprint: String,
     date: String,
     findings: Vec<Finding>,
@@ -110,16 +114,14 @@ impl AuditCache {
         })
     }
 
-    /// Remembers a finished audit. Failures to write are not the user's
-    /// problem: the cache is an optimisation.
-    pub fn store(&self, bundle: &Path, model: &ReportBuilder) {
-        let (Some(path), Some(fingerprint), Some(Ok(outcome))) =
-            (self.entry_path(bundle), fingerprint(bundle), &model.outcome)
-        else {
-            return;
+    /// What to remember of a finished audit (`None` while it runs or when
+    /// it failed). Cheap: no disk access, so the UI builds it.
+    pub(super) fn entry_of(&self, model: &ReportBuilder) -> Option<Entry> {
+        let Some(Ok(outcome)) = &model.outcome else {
+            return None;
         };
-        let entry = Entry {
-            fingerprint,
+        Some(Entry {
+            fingerprint: String::new(),
             date: utc_text(SystemTime::now()),
             findings: model.findings.clone(),
             files: model.files.clone(),
@@ -129,7 +131,16 @@ impl AuditCache {
             errors: outcome.errors,
             warnings: outcome.warnings,
             duration_s: outcome.duration.as_secs_f64(),
+        })
+    }
+
+    /// Remembers a finished audit. Failures to write are not the user's
+    /// problem: the cache is an optimisation.
+    pub(super) fn store(&self, bundle: &Path, mut entry: Entry) {
+        let (Some(path), Some(fingerprint)) = (self.entry_path(bundle), fingerprint(bundle)) else {
+            return;
         };
+        entry.fingerprint = fingerprint;
         if std::fs::create_dir_all(&self.dir).is_ok()
             && let Ok(bytes) = serde_json::to_vec(&entry)
         {
@@ -150,7 +161,11 @@ fn folder_of(bundle: &Path) -> Option<PathBuf> {
     }
 }
 
-/// Name, size, mtime and inode of every entry of the bundle folder.
+/// Name, size, mtime, ctime (with nanoseconds), device and inode of every
+/// entry of the bundle folder. The mtime can be set back (`touch -r`) after
+/// an edit; the ctime cannot (the kernel sets it on every change, including
+/// the one that restores the mtime), nor can an edited copy moved into place
+/// keep the inode.
 fn fingerprint(bundle: &Path) -> Option<String> {
     let dir = folder_of(bundle)?;
     let mut rows = Vec::new();
@@ -162,23 +177,38 @@ fn fingerprint(bundle: &Path) -> Option<String> {
             .ok()
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_nanos());
-        #[cfg(unix)]
-        let inode = {
-            use std::os::unix::fs::MetadataExt;
-            (meta.ino(), meta.dev())
-        };
-        #[cfg(not(unix))]
-        let inode = (0u64, 0u64);
         rows.push(format!(
-            "{}\t{}\t{mtime}\t{}\t{}",
+            "{}\t{}\t{mtime}\t{}",
             entry.file_name().to_string_lossy(),
             meta.len(),
-            inode.0,
-            inode.1
+            unforgeable(&meta)
         ));
     }
     rows.sort();
     Some(format!("{}\n{}", dir.display(), rows.join("\n")))
+}
+
+/// The part of a file's metadata a user cannot set back.
+#[cfg(unix)]
+fn unforgeable(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!(
+        "{}.{:09}\t{}\t{}",
+        meta.ctime(),
+        meta.ctime_nsec(),
+        meta.dev(),
+        meta.ino()
+    )
+}
+
+/// Elsewhere there is no ctime; the creation time is the closest.
+#[cfg(not(unix))]
+fn unforgeable(meta: &std::fs::Metadata) -> String {
+    meta.created()
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos())
+        .to_string()
 }
 
 /// `YYYY-MM-DD HH:MM UTC`.

@@ -3,14 +3,20 @@
 
 use egui::RichText;
 
-use super::App;
+use super::{Commands, Nvfp4View, Session, SpotView};
 use crate::report::human_bytes;
 
 /// Draws the selected tensor's details.
-pub fn detail_ui(app: &mut App, ui: &mut egui::Ui) {
-    let Some(s) = &app.session else { return };
+pub(super) fn detail_ui(
+    ui: &mut egui::Ui,
+    s: &Session,
+    selected: Option<usize>,
+    spot: &mut SpotView,
+    nvfp4: &mut Nvfp4View,
+    tx: &mut Commands,
+) {
     let Some(b) = &s.model.bundle else { return };
-    let Some(i) = app.selected.filter(|&i| i < b.tensors.len()) else {
+    let Some(i) = selected.filter(|&i| i < b.tensors.len()) else {
         ui.label(RichText::new("Select a tensor in the table (↑/↓ move the selection).").weak());
         return;
     };
@@ -37,12 +43,7 @@ pub fn detail_ui(app: &mut App, ui: &mut egui::Ui) {
         ));
     }
     ui.add_space(6.0);
-    let findings: Vec<_> = s
-        .model
-        .findings
-        .iter()
-        .filter(|f| f.tensor.as_deref() == Some(t.name.as_str()))
-        .collect();
+    let findings: Vec<_> = s.findings_of(&t.name).collect();
     ui.label(RichText::new(format!("Findings ({})", findings.len())).strong());
     if findings.is_empty() {
         ui.label(RichText::new(if s.running() { "none so far" } else { "none" }).weak());
@@ -66,9 +67,9 @@ pub fn detail_ui(app: &mut App, ui: &mut egui::Ui) {
             ui.label(RichText::new(at.join(", ")).weak());
         }
     }
-    super::spotcheck::detail_section_ui(ui, &mut app.spot, b, i, &mut app.commands);
+    super::spotcheck::detail_section_ui(ui, spot, b, i, tx);
     if super::nvfp4::is_member(b, i) {
-        super::nvfp4::panel_ui(ui, &mut app.nvfp4, s, i, &mut app.commands);
+        super::nvfp4::panel_ui(ui, nvfp4, s, i, tx);
     }
     if let Some(stats) = s.model.stats.get(i).and_then(Option::as_ref) {
         ui.add_space(6.0);

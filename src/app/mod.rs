@@ -1,12 +1,16 @@
 //! The desktop app: one [`App`] whose state is split over panels (one file
-//! each). Panels never do I/O or heavy work; they push [`Command`]s that
-//! [`App::handle_commands`] carries out in one place. The audit runs on its
-//! worker; each frame drains its channel within a small time budget.
+//! each, each owning its state). Panels never do I/O or heavy work; they
+//! push [`Command`]s that [`App::handle_commands`] carries out in one place.
+//! Everything slow runs as a [`jobs::Job`]; each frame polls the jobs within
+//! a small time budget and never waits for one.
 
 mod cache;
+mod commands;
 mod detail;
 mod histograms;
+pub mod jobs;
 mod nvfp4;
+mod opening;
 mod provenance;
 mod quality;
 mod session;
@@ -15,21 +19,22 @@ mod stream;
 mod tensors;
 mod welcome;
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, sync_channel};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use egui::{Color32, Key, KeyboardShortcut, Modifiers, RichText};
 
-use crate::audit::{self, Event, Failure};
-
 pub use cache::AuditCache;
+pub use commands::{Command, Commands, Notice};
 pub use nvfp4::{ExpertSort, HeatStat, Nvfp4View};
-pub use quality::{QualitySort, quality_rows};
-pub use session::{LogRow, RowStatus, Session};
+pub use quality::{QualityPanel, QualitySort, quality_rows};
+pub use session::{FileState, LogRow, RowStatus, Session};
 pub use spotcheck::{JobKind, SpotView};
-pub use tensors::SortColumn;
+pub use tensors::{SortColumn, TablePanel, TableView};
+
+use commands::Dialog;
+use stream::StreamPanel;
+use welcome::Recent;
 
 /// How long one frame may spend applying audit events.
 const DRAIN_BUDGET: Duration = Duration::from_millis(4);
@@ -37,57 +42,9 @@ const DRAIN_BUDGET: Duration = Duration::from_millis(4);
 const MAX_RECENT: usize = 8;
 /// Storage key of the recent list.
 const RECENT_KEY: &str = "bundlescope.recent";
-
-/// Something a panel asks the app to do.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Command {
-    /// Open this folder (or manifest) and audit it.
-    Open(PathBuf),
-    /// Open the built-in demo bundle.
-    OpenDemo,
-    /// Show the folder picker.
-    OpenDialog,
-    /// Run the full audit again, ignoring the cache.
-    Reverify,
-    /// Ask where to save the JSON report.
-    SaveReportDialog,
-    /// Write the JSON report to this file.
-    SaveReport(PathBuf),
-    /// Select a tensor (index into the bundle's tensors).
-    Select(Option<usize>),
-    /// Copy the selected tensor's name.
-    CopySelectedName,
-    /// Spot-check this tensor on MLX, or every packed tensor (`None`).
-    SpotCheck(Option<usize>),
-    /// Show the folder picker for the reference checkpoint.
-    PickReference,
-    /// Open this folder as the reference checkpoint.
-    SetReference(PathBuf),
-}
-
-/// The filter and sort of the tensor table.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TableView {
-    /// Substring filter on names.
-    pub filter: String,
-    /// Precisions to show; empty shows all.
-    pub precisions: BTreeSet<String>,
-    /// Sort column.
-    pub sort: SortColumn,
-    /// Ascending?
-    pub ascending: bool,
-}
-
-impl Default for TableView {
-    fn default() -> Self {
-        Self {
-            filter: String::new(),
-            precisions: BTreeSet::new(),
-            sort: SortColumn::Offset,
-            ascending: true,
-        }
-    }
-}
+/// A cached verdict is re-verified in the background when the payload is
+/// at most this big (a few seconds of hashing).
+pub const REVERIFY_LIMIT: u64 = 512 << 20;
 
 /// Which view the central panel shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,58 +66,28 @@ pub enum SideTab {
     Summary,
 }
 
-/// The whole app.
+/// The whole app. Its fields are private: tests and callers drive it with
+/// [`App::send`] and read it through the accessors below.
 pub struct App {
-    /// The open bundle, if any.
-    pub session: Option<Session>,
-    /// Recently opened bundles, newest first.
-    pub recent: Vec<PathBuf>,
-    /// Table filter and sort.
-    pub view: TableView,
-    /// Rows shown, in order (indices into the bundle's tensors).
-    pub rows: Vec<usize>,
-    rows_key: Option<(TableView, usize, usize)>,
-    /// Selected tensor.
-    pub selected: Option<usize>,
-    /// Scroll the table to the selection on the next frame.
-    scroll_to_selected: bool,
-    /// Give the filter box focus on the next frame.
-    focus_filter: bool,
-    /// Stream panel shows only errors.
-    pub errors_only: bool,
-    /// Right panel tab.
-    pub side: SideTab,
-    /// Central view.
-    pub central: CentralTab,
-    /// Quality table sort.
-    pub quality_sort: QualitySort,
-    /// Quality table order.
-    pub quality_ascending: bool,
-    /// A message for the user (errors of dialogs, saves…).
-    pub notice: Option<(String, bool)>,
-    /// Queued commands from the panels.
-    pub commands: Vec<Command>,
-    /// Where finished audits are remembered.
-    pub cache: Option<AuditCache>,
-    /// The NVFP4 expert panel's picker, map and counts.
-    pub nvfp4: Nvfp4View,
-    /// MLX spot checks of the open bundle.
-    pub spot: SpotView,
-    dialog: Option<Receiver<DialogResult>>,
+    session: Option<Session>,
+    /// Jobs that open, audit and cache the current bundle.
+    opening: opening::Opening,
+    recent: Recent,
+    table: TablePanel,
+    selected: Option<usize>,
+    stream: StreamPanel,
+    side: SideTab,
+    central: CentralTab,
+    quality: QualityPanel,
+    notice: Option<Notice>,
+    commands: Commands,
+    cache: Option<AuditCache>,
+    /// Payload size up to which a cached verdict is re-verified.
+    reverify_limit: u64,
+    nvfp4: Nvfp4View,
+    spot: SpotView,
+    dialog: Option<Dialog>,
     ctx: Option<egui::Context>,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum DialogKind {
-    Open,
-    Save,
-    Reference,
-}
-
-enum DialogResult {
-    Open(Option<PathBuf>),
-    Save(Option<PathBuf>),
-    Reference(Option<PathBuf>),
 }
 
 impl App {
@@ -168,21 +95,18 @@ impl App {
     pub fn new(cache: Option<AuditCache>) -> Self {
         Self {
             session: None,
-            recent: Vec::new(),
-            view: TableView::default(),
-            rows: Vec::new(),
-            rows_key: None,
+            opening: opening::Opening::default(),
+            recent: Recent::default(),
+            table: TablePanel::default(),
             selected: None,
-            scroll_to_selected: false,
-            focus_filter: false,
-            errors_only: false,
+            stream: StreamPanel::default(),
             side: SideTab::Summary,
             central: CentralTab::Tensors,
-            quality_sort: QualitySort::Suspicion,
-            quality_ascending: false,
+            quality: QualityPanel::default(),
             notice: None,
-            commands: Vec::new(),
+            commands: Commands::default(),
             cache,
+            reverify_limit: REVERIFY_LIMIT,
             nvfp4: Nvfp4View::default(),
             spot: SpotView::default(),
             dialog: None,
@@ -190,170 +114,62 @@ impl App {
         }
     }
 
-    /// Opens `path`: from the cache when it holds an audit of exactly these
-    /// files, else by starting the audit worker.
-    pub fn open(&mut self, path: PathBuf, use_cache: bool) {
-        if let Some(mut old) = self.session.take()
-            && let Some(h) = old.handle.take()
-        {
-            h.cancel.cancel();
-        }
-        self.selected = None;
-        self.rows_key = None;
-        self.notice = None;
-        self.side = SideTab::Summary;
-        self.spot.reset();
-        self.remember(&path);
-        let mut session = Session::new(path.clone());
-        if use_cache
-            && let Some(cache) = &self.cache
-            && let Some(events) = cache.load(&path)
-        {
-            session.cached = Some(events.date.clone());
-            for e in &events.events {
-                session.apply(e);
-            }
-            session.model.passed = events.passed;
-            self.session = Some(session);
-            return;
-        }
-        let wake = self
-            .ctx
-            .clone()
-            .map(|ctx| Box::new(move || ctx.request_repaint()) as Box<dyn Fn() + Send + Sync>);
-        match audit::spawn(path, audit::Options::default(), wake) {
-            Ok(h) => session.handle = Some(h),
-            Err(e) => self.notice = Some((format!("could not start the audit: {e}"), true)),
-        }
-        self.session = Some(session);
+    /// Sets the payload size up to which a cached verdict is re-verified in
+    /// the background (0 never re-verifies; tests of the cache itself).
+    pub fn with_reverify_limit(mut self, bytes: u64) -> Self {
+        self.reverify_limit = bytes;
+        self
     }
 
-    /// Shows an already opened bundle's index without auditing it (headless
-    /// benchmarks, and callers that only browse).
-    pub fn show_index(&mut self, bundle: std::sync::Arc<crate::format::Bundle>) {
-        let mut session = Session::new(bundle.dir.clone());
-        session.apply(&Event::Opened(bundle));
-        self.session = Some(session);
-        self.selected = None;
-        self.rows_key = None;
+    /// Queues a command; it is carried out at the end of the next frame
+    /// (or by [`App::handle_commands`]).
+    pub fn send(&mut self, c: Command) {
+        self.commands.send(c);
     }
 
-    fn remember(&mut self, path: &Path) {
-        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        self.recent.retain(|p| p != &path);
-        self.recent.insert(0, path);
-        self.recent.truncate(MAX_RECENT);
+    /// The open bundle and its audit, if any.
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
     }
 
-    /// Applies pending audit events, spending at most `budget`.
-    pub fn drain_events(&mut self, budget: Duration) {
-        let deadline = Instant::now() + budget;
-        let Some(session) = &mut self.session else {
-            return;
-        };
-        let Some(handle) = &session.handle else {
-            return;
-        };
-        let mut finished = false;
-        let mut events = Vec::new();
-        while Instant::now() < deadline {
-            match handle.events.try_recv() {
-                Ok(e) => {
-                    finished |= matches!(e, Event::Finished(_));
-                    events.push(e);
-                    if finished {
-                        break;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        for e in &events {
-            session.apply(e);
-        }
-        if finished {
-            session.handle = None;
-            if let (Some(cache), Some(Ok(_))) = (&self.cache, &session.model.outcome) {
-                cache.store(&session.path, &session.model);
-            }
-            if let Some(Err(Failure::Open(e))) = &session.model.outcome {
-                self.notice = Some((crate::format::error_chain(&**e), true));
-            }
-        }
-        if !events.is_empty() {
-            self.rows_key = None;
-        }
+    /// The selected tensor (index into the bundle's tensors).
+    pub fn selected(&self) -> Option<usize> {
+        self.selected
     }
 
-    /// Waits (up to `timeout`) until the running audit finishes, applying its
-    /// events. For tests and the headless bench.
-    pub fn wait_for_audit(&mut self, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
-        while Instant::now() < end {
-            self.drain_events(Duration::from_millis(50));
-            match &self.session {
-                Some(s) if s.running() => std::thread::sleep(Duration::from_millis(2)),
-                _ => return true,
-            }
-        }
-        false
+    /// The rows the tensor table shows, in order.
+    pub fn rows(&self) -> &[usize] {
+        self.table.rows()
     }
 
-    /// Carries out queued commands.
-    pub fn handle_commands(&mut self) {
-        for cmd in std::mem::take(&mut self.commands) {
-            match cmd {
-                Command::Open(p) => self.open(p, true),
-                Command::OpenDemo => match crate::sample::demo_bundle() {
-                    Ok(p) => self.open(p, true),
-                    Err(e) => {
-                        self.notice =
-                            Some((format!("could not write the demo bundle: {e:#}"), true))
-                    }
-                },
-                Command::OpenDialog => self.start_dialog_kind(DialogKind::Open),
-                Command::SaveReportDialog => self.start_dialog_kind(DialogKind::Save),
-                Command::Reverify => {
-                    if let Some(s) = &self.session {
-                        let p = s.path.clone();
-                        self.open(p, false);
-                    }
-                }
-                Command::SaveReport(path) => self.save_report(&path),
-                Command::Select(i) => {
-                    self.selected = i;
-                    if i.is_some() {
-                        self.side = SideTab::Tensor;
-                    }
-                }
-                Command::CopySelectedName => {
-                    if let (Some(name), Some(ctx)) = (self.selected_name(), &self.ctx) {
-                        ctx.copy_text(name);
-                    }
-                }
-                Command::SpotCheck(which) => {
-                    let Some(bundle) = self.session.as_ref().and_then(|s| s.model.bundle.clone())
-                    else {
-                        continue;
-                    };
-                    match which {
-                        Some(i) if spotcheck::checkable(&bundle, i) => {
-                            self.spot.run_tensor(bundle, i, self.ctx.clone())
-                        }
-                        Some(_) => {}
-                        None => {
-                            self.central = CentralTab::SpotChecks;
-                            self.spot.run_all(bundle, self.ctx.clone());
-                        }
-                    }
-                }
-                Command::PickReference => self.start_dialog_kind(DialogKind::Reference),
-                Command::SetReference(dir) => {
-                    self.spot.open_reference(dir, self.ctx.clone());
-                    self.central = CentralTab::SpotChecks;
-                }
-            }
-        }
+    /// The tensor table's filter and sort.
+    pub fn view(&self) -> &TableView {
+        &self.table.view
+    }
+
+    /// The central tab shown.
+    pub fn central(&self) -> CentralTab {
+        self.central
+    }
+
+    /// The message shown under the top bar.
+    pub fn notice(&self) -> Option<&Notice> {
+        self.notice.as_ref()
+    }
+
+    /// The NVFP4 panel's state.
+    pub fn nvfp4(&self) -> &Nvfp4View {
+        &self.nvfp4
+    }
+
+    /// The spot-check state.
+    pub fn spot(&self) -> &SpotView {
+        &self.spot
+    }
+
+    /// Recently opened bundles, newest first.
+    pub fn recent(&self) -> &[PathBuf] {
+        self.recent.paths()
     }
 
     /// The selected tensor's name.
@@ -362,151 +178,75 @@ impl App {
         Some(b.tensors.get(self.selected?)?.name.clone())
     }
 
-    fn save_report(&mut self, path: &Path) {
-        let Some(s) = &self.session else { return };
-        let Some(report) = s.model.report(&s.path.display().to_string()) else {
-            self.notice = Some(("nothing to save yet".into(), true));
-            return;
-        };
-        if path.starts_with(&s.path) {
-            self.notice = Some((
-                "bundlescope never writes into the bundle folder; choose another place".into(),
-                true,
-            ));
-            return;
-        }
-        let result = serde_json::to_vec_pretty(&report)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| std::fs::write(path, bytes));
-        self.notice = Some(match result {
-            Ok(()) => (format!("report saved to {}", path.display()), false),
-            Err(e) => (format!("could not save {}: {e}", path.display()), true),
-        });
+    fn set_notice(&mut self, message: impl Into<String>, is_error: bool) {
+        self.notice = Some(Notice::new(message, is_error));
     }
 
-    fn start_dialog_kind(&mut self, kind: DialogKind) {
-        if self.dialog.is_some() {
-            return;
-        }
-        let (tx, rx) = sync_channel(1);
-        let ctx = self.ctx.clone();
-        let spawned = std::thread::Builder::new()
-            .name("bundlescope-dialog".into())
-            .spawn(move || {
-                let result = match kind {
-                    DialogKind::Open => DialogResult::Open(
-                        rfd::FileDialog::new()
-                            .set_title("Open bundle folder")
-                            .pick_folder(),
-                    ),
-                    DialogKind::Save => DialogResult::Save(
-                        rfd::FileDialog::new()
-                            .set_title("Save report")
-                            .set_file_name("bundlescope-report.json")
-                            .save_file(),
-                    ),
-                    DialogKind::Reference => DialogResult::Reference(
-                        rfd::FileDialog::new()
-                            .set_title("Choose the reference checkpoint folder")
-                            .pick_folder(),
-                    ),
-                };
-                let _ = tx.send(result);
-                if let Some(c) = ctx {
-                    c.request_repaint();
-                }
-            });
-        match spawned {
-            Ok(_) => self.dialog = Some(rx),
-            Err(e) => self.notice = Some((format!("could not open a file dialog: {e}"), true)),
-        }
-    }
-
-    fn poll_dialog(&mut self) {
-        let Some(rx) = &self.dialog else { return };
-        let Ok(result) = rx.try_recv() else { return };
-        self.dialog = None;
-        match result {
-            DialogResult::Open(Some(p)) => self.commands.push(Command::Open(p)),
-            DialogResult::Save(Some(p)) => self.commands.push(Command::SaveReport(p)),
-            DialogResult::Reference(Some(p)) => self.commands.push(Command::SetReference(p)),
-            DialogResult::Open(None) | DialogResult::Save(None) | DialogResult::Reference(None) => {
-                if cfg!(target_os = "linux") {
-                    self.notice = Some((
-                        "No folder chosen. If no dialog appeared, no xdg-desktop-portal answered: drop the folder on the window, or run `bundlescope DIR`.".into(),
-                        false,
-                    ));
-                }
-            }
-        }
+    fn remember(&mut self, path: &Path) {
+        self.recent.remember(path, self.ctx.clone());
     }
 
     /// Recomputes the visible rows when the filter, sort or data changed.
     pub fn refresh_rows(&mut self) {
-        let Some(s) = &self.session else {
-            self.rows.clear();
-            return;
-        };
-        let Some(b) = &s.model.bundle else {
-            self.rows.clear();
-            return;
-        };
-        let key = (self.view.clone(), b.tensors.len(), s.log.len());
-        if self.rows_key.as_ref() == Some(&key) {
-            return;
-        }
-        self.rows = tensors::visible_rows(s, b, &self.view);
-        self.rows_key = Some(key);
+        self.table.refresh(self.session.as_ref());
     }
 
     /// Keyboard shortcuts that work anywhere in the window.
     fn shortcuts(&mut self, ctx: &egui::Context) {
         let cmd = |k| KeyboardShortcut::new(Modifiers::COMMAND, k);
         let filter_has_focus = ctx.memory(|m| m.has_focus(tensors::filter_id()));
+        let rows = self.table.rows();
+        let selected = self.selected;
+        let tx = &mut self.commands;
+        let mut focus_filter = false;
+        let mut clear_filter = false;
+        let mut scroll = false;
         ctx.input_mut(|i| {
             if i.consume_shortcut(&cmd(Key::O)) {
-                self.commands.push(Command::OpenDialog);
+                tx.send(Command::OpenDialog);
             }
             if i.consume_shortcut(&cmd(Key::F)) {
-                self.focus_filter = true;
+                focus_filter = true;
             }
             if i.consume_shortcut(&cmd(Key::S)) {
-                self.commands.push(Command::SaveReportDialog);
+                tx.send(Command::SaveReportDialog);
             }
             // Shift+Cmd+K first: consume_shortcut ignores extra modifiers.
             if i.consume_shortcut(&spotcheck::run_all_shortcut()) {
-                self.commands.push(Command::SpotCheck(None));
+                tx.send(Command::SpotCheck(None));
             }
-            if i.consume_shortcut(&spotcheck::run_shortcut()) && self.selected.is_some() {
-                self.commands.push(Command::SpotCheck(self.selected));
+            if i.consume_shortcut(&spotcheck::run_shortcut()) && selected.is_some() {
+                tx.send(Command::SpotCheck(selected));
             }
             if !filter_has_focus {
                 // Copy arrives as an event (the platform turns Cmd/Ctrl+C into it).
                 let copy = i.events.iter().any(|e| matches!(e, egui::Event::Copy))
                     || i.consume_shortcut(&cmd(Key::C));
-                if copy && self.selected.is_some() {
-                    self.commands.push(Command::CopySelectedName);
+                if copy && selected.is_some() {
+                    tx.send(Command::CopySelectedName);
                 }
             }
             if i.key_pressed(Key::Escape) {
-                self.view.filter.clear();
+                clear_filter = true;
             }
             let down = i.key_pressed(Key::ArrowDown);
             let up = i.key_pressed(Key::ArrowUp);
-            if (down || up) && !self.rows.is_empty() {
-                let pos = self
-                    .selected
-                    .and_then(|s| self.rows.iter().position(|&r| r == s));
+            if (down || up) && !rows.is_empty() {
+                let pos = selected.and_then(|s| rows.iter().position(|&r| r == s));
                 let next = match (pos, down) {
                     (None, _) => 0,
-                    (Some(p), true) => (p + 1).min(self.rows.len() - 1),
+                    (Some(p), true) => (p + 1).min(rows.len() - 1),
                     (Some(p), false) => p.saturating_sub(1),
                 };
-                self.commands
-                    .push(Command::Select(self.rows.get(next).copied()));
-                self.scroll_to_selected = true;
+                tx.send(Command::Select(rows.get(next).copied()));
+                scroll = true;
             }
         });
+        self.table.focus_filter |= focus_filter;
+        self.table.scroll_to_selected |= scroll;
+        if clear_filter {
+            self.table.view.filter.clear();
+        }
     }
 
     fn drops(&mut self, ui: &mut egui::Ui) {
@@ -517,7 +257,7 @@ impl App {
             )
         });
         if let Some(p) = dropped {
-            self.commands.push(Command::Open(p));
+            self.commands.send(Command::Open(p));
         }
         if hovering {
             let rect = ui.ctx().content_rect();
@@ -541,72 +281,111 @@ impl App {
         if self.ctx.is_none() {
             self.ctx = Some(ui.ctx().clone());
         }
-        self.drain_events(DRAIN_BUDGET);
-        self.spot.poll();
-        self.poll_dialog();
+        self.poll_jobs(DRAIN_BUDGET);
         self.refresh_rows();
         self.shortcuts(&ui.ctx().clone());
         self.drops(ui);
         egui::Panel::top("top-bar").show(ui, |ui| self.top_bar_ui(ui));
-        if let Some((msg, error)) = self.notice.clone() {
-            egui::Panel::top("notice").show(ui, |ui| {
-                ui.horizontal(|ui| {
-                    let color = if error {
-                        ui.visuals().error_fg_color
-                    } else {
-                        ui.visuals().text_color()
-                    };
-                    ui.label(RichText::new(msg).color(color));
-                    if ui.small_button("×").on_hover_text("Dismiss").clicked() {
-                        self.notice = None;
-                    }
-                });
-            });
+        if let Some(n) = &self.notice {
+            let mut dismiss = false;
+            egui::Panel::top("notice").show(ui, |ui| dismiss = commands::notice_ui(ui, n));
+            if dismiss {
+                self.notice = None;
+            }
         }
-        if self
-            .session
-            .as_ref()
-            .is_some_and(|s| s.model.bundle.is_some())
-        {
+        let bundle = self.session.as_ref().and_then(|s| s.model.bundle.clone());
+        if let (Some(session), Some(bundle)) = (&self.session, bundle) {
             egui::Panel::bottom("stream")
                 .resizable(true)
                 .default_size(190.0)
                 .min_size(90.0)
-                .show(ui, |ui| stream::stream_ui(self, ui));
+                .show(ui, |ui| {
+                    stream::stream_ui(
+                        ui,
+                        &mut self.stream,
+                        session,
+                        &self.spot,
+                        &mut self.commands,
+                    )
+                });
             egui::Panel::right("side")
                 .resizable(true)
                 .default_size(360.0)
                 .min_size(260.0)
                 .max_size(720.0)
-                .show(ui, |ui| self.side_ui(ui));
+                .show(ui, |ui| {
+                    ui.horizontal(|ui| {
+                        ui.selectable_value(&mut self.side, SideTab::Tensor, "Tensor");
+                        ui.selectable_value(&mut self.side, SideTab::Summary, "Summary");
+                    });
+                    ui.separator();
+                    egui::ScrollArea::vertical()
+                        .auto_shrink([false, false])
+                        .show(ui, |ui| match self.side {
+                            SideTab::Tensor => detail::detail_ui(
+                                ui,
+                                session,
+                                self.selected,
+                                &mut self.spot,
+                                &mut self.nvfp4,
+                                &mut self.commands,
+                            ),
+                            SideTab::Summary => provenance::summary_ui(ui, session),
+                        });
+                });
             egui::CentralPanel::default().show(ui, |ui| {
                 ui.horizontal(|ui| {
                     ui.selectable_value(&mut self.central, CentralTab::Tensors, "Tensors");
                     ui.selectable_value(&mut self.central, CentralTab::Quality, "Quality");
                     ui.selectable_value(&mut self.central, CentralTab::SpotChecks, "Spot checks");
                 });
-                let focus = std::mem::take(&mut self.focus_filter);
-                if focus {
+                if self.table.focus_filter {
                     self.central = CentralTab::Tensors;
                 }
-                let scroll = std::mem::take(&mut self.scroll_to_selected);
                 match self.central {
-                    CentralTab::Tensors => tensors::table_ui(self, ui, focus, scroll),
-                    CentralTab::Quality => quality::quality_ui(self, ui),
-                    CentralTab::SpotChecks => spotcheck::central_ui(self, ui),
+                    CentralTab::Tensors => tensors::table_ui(
+                        ui,
+                        &mut self.table,
+                        session,
+                        &bundle,
+                        self.selected,
+                        &mut self.commands,
+                    ),
+                    CentralTab::Quality => quality::quality_ui(
+                        ui,
+                        &mut self.quality,
+                        session,
+                        &bundle,
+                        self.selected,
+                        &mut self.commands,
+                    ),
+                    CentralTab::SpotChecks => {
+                        spotcheck::central_ui(ui, &mut self.spot, Some(&bundle), &mut self.commands)
+                    }
                 }
             });
         } else {
-            egui::CentralPanel::default().show(ui, |ui| welcome::welcome_ui(self, ui));
+            egui::CentralPanel::default().show(ui, |ui| {
+                welcome::welcome_ui(
+                    ui,
+                    &self.recent,
+                    self.opening.busy_label(),
+                    &mut self.commands,
+                )
+            });
         }
         self.handle_commands();
-        if self.session.as_ref().is_some_and(Session::running) || self.spot.running() {
-            // The worker wakes us on each event; this only keeps ETA text fresh.
+        if self.session.as_ref().is_some_and(Session::running)
+            || self.spot.running()
+            || self.opening.busy()
+        {
+            // Workers wake us on each message; this only keeps ETA text fresh.
             ui.ctx().request_repaint_after(Duration::from_millis(250));
         }
     }
 
     fn top_bar_ui(&mut self, ui: &mut egui::Ui) {
+        let tx = &mut self.commands;
         ui.horizontal(|ui| {
             if ui
                 .button("Open…")
@@ -617,10 +396,14 @@ impl App {
                 ))
                 .clicked()
             {
-                self.commands.push(Command::OpenDialog);
+                tx.send(Command::OpenDialog);
             }
             let Some(s) = &self.session else {
                 ui.label(RichText::new("bundlescope").strong());
+                if let Some(label) = self.opening.busy_label() {
+                    ui.spinner();
+                    ui.label(label);
+                }
                 return;
             };
             // The folder's name, as a Mac title bar shows it; the full path on hover.
@@ -637,13 +420,21 @@ impl App {
                 .on_hover_text(s.path.display().to_string());
             if let Some(b) = &s.model.bundle {
                 ui.label(RichText::new(b.format.short()).weak());
+            } else if s.running() {
+                ui.spinner();
+                ui.label("Opening…");
             }
             badge_ui(ui, s);
             if let Some(date) = &s.cached {
                 ui.label(RichText::new(format!("cached audit of {date}")).weak())
                     .on_hover_text(
-                        "The files are unchanged since this audit (same size, mtime and inode)",
+                        "The files are unchanged since this audit (same size, mtime, ctime, device and inode)",
                     );
+            }
+            if self.opening.reverifying() {
+                ui.spinner();
+                ui.label(RichText::new("re-verifying…").weak())
+                    .on_hover_text("Hashing the files again in the background");
             }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                 let done = !s.running();
@@ -651,31 +442,17 @@ impl App {
                     .add_enabled(done, egui::Button::new("Save report…"))
                     .clicked()
                 {
-                    self.commands.push(Command::SaveReportDialog);
+                    tx.send(Command::SaveReportDialog);
                 }
                 if ui
                     .add_enabled(done, egui::Button::new("Re-verify"))
                     .on_hover_text("Run the full audit again")
                     .clicked()
                 {
-                    self.commands.push(Command::Reverify);
+                    tx.send(Command::Reverify);
                 }
             });
         });
-    }
-
-    fn side_ui(&mut self, ui: &mut egui::Ui) {
-        ui.horizontal(|ui| {
-            ui.selectable_value(&mut self.side, SideTab::Tensor, "Tensor");
-            ui.selectable_value(&mut self.side, SideTab::Summary, "Summary");
-        });
-        ui.separator();
-        egui::ScrollArea::vertical()
-            .auto_shrink([false, false])
-            .show(ui, |ui| match self.side {
-                SideTab::Tensor => detail::detail_ui(self, ui),
-                SideTab::Summary => provenance::summary_ui(self, ui),
-            });
     }
 }
 
@@ -709,7 +486,7 @@ impl eframe::App for App {
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
-        eframe::set_value(storage, RECENT_KEY, &self.recent);
+        eframe::set_value(storage, RECENT_KEY, &self.recent.paths());
     }
 }
 
@@ -741,12 +518,14 @@ pub fn run(start: Start) -> anyhow::Result<()> {
             let mut app = App::new(AuditCache::default_location());
             app.ctx = Some(cc.egui_ctx.clone());
             if let Some(storage) = cc.storage {
-                app.recent = eframe::get_value(storage, RECENT_KEY).unwrap_or_default();
+                let paths: Vec<PathBuf> =
+                    eframe::get_value(storage, RECENT_KEY).unwrap_or_default();
+                app.recent = Recent::from_paths(paths, app.ctx.clone());
             }
             match start {
                 Start::Welcome => {}
-                Start::Demo => app.commands.push(Command::OpenDemo),
-                Start::Open(p) => app.commands.push(Command::Open(p)),
+                Start::Demo => app.send(Command::OpenDemo),
+                Start::Open(p) => app.send(Command::Open(p)),
             }
             app.handle_commands();
             Ok(Box::new(app))

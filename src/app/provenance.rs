@@ -4,12 +4,11 @@
 
 use egui::RichText;
 
-use super::App;
-use crate::report::{human_bytes, totals};
+use super::{FileState, Session};
+use crate::report::human_bytes;
 
-/// Draws the summary tab.
-pub fn summary_ui(app: &mut App, ui: &mut egui::Ui) {
-    let Some(s) = &app.session else { return };
+/// Draws the summary tab. The totals were computed when the index arrived.
+pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
     let Some(b) = &s.model.bundle else { return };
     let p = &b.provenance;
     egui::Grid::new("provenance")
@@ -44,16 +43,21 @@ pub fn summary_ui(app: &mut App, ui: &mut egui::Ui) {
         });
     ui.add_space(8.0);
     ui.label(RichText::new("Files").strong());
-    for f in &s.model.files {
-        let (state, color) = match (f.ok, &f.sha256) {
-            (Some(true), _) => ("✔ verified", egui::Color32::from_rgb(0x2e, 0xa0, 0x4e)),
-            (Some(false), _) => ("✖ mismatch", ui.visuals().error_fg_color),
-            (None, Some(_)) => ("hashed", ui.visuals().text_color()),
-            (None, None) => ("… pending", ui.visuals().weak_text_color()),
+    for (i, f) in s.model.files.iter().enumerate() {
+        let state = s.file_state(i);
+        let color = match state {
+            FileState::Verified => egui::Color32::from_rgb(0x2e, 0xa0, 0x4e),
+            FileState::VerifiedCached => egui::Color32::from_rgb(0x5b, 0x8a, 0x68),
+            FileState::Mismatch => ui.visuals().error_fg_color,
+            FileState::Hashed => ui.visuals().text_color(),
+            FileState::Pending => ui.visuals().weak_text_color(),
         };
         ui.horizontal(|ui| {
             ui.label(RichText::new(&f.file).monospace());
-            ui.label(RichText::new(state).color(color));
+            let r = ui.label(RichText::new(state.text()).color(color));
+            if state == FileState::VerifiedCached {
+                r.on_hover_text("From the cached audit: not hashed again in this session yet");
+            }
         });
         for (what, v) in [
             ("sha256  ", f.sha256.as_deref()),
@@ -74,7 +78,7 @@ pub fn summary_ui(app: &mut App, ui: &mut egui::Ui) {
     }
     ui.add_space(8.0);
     ui.label(RichText::new("Totals by precision").strong());
-    let t = totals(&b.tensors);
+    let Some(t) = &s.totals else { return };
     egui::Grid::new("totals")
         .num_columns(5)
         .striped(true)

@@ -4,13 +4,15 @@
 use egui::RichText;
 use egui_extras::{Column, TableBuilder};
 
-use super::{App, Command};
+use super::{App, Command, Commands, Session};
 use crate::decode::stats::Quality;
+use crate::format::Bundle;
 
 /// Columns the quality table sorts by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QualitySort {
-    /// Suspicion score.
+    /// Suspicion score (the default: worst first).
+    #[default]
     Suspicion,
     /// Name.
     Name,
@@ -34,11 +36,27 @@ fn key(q: &Quality, s: QualitySort) -> f64 {
     }
 }
 
+/// The Quality view's own state: its sort, and its rows cached until the
+/// sort or the session's statistics change.
+#[derive(Default)]
+pub struct QualityPanel {
+    /// Sort column.
+    pub sort: QualitySort,
+    /// Order.
+    pub ascending: bool,
+    rows: Vec<(usize, Quality)>,
+    key: Option<(QualitySort, bool, u64, u64)>,
+}
+
 /// The packed tensors with statistics, in display order.
 pub fn quality_rows(app: &App) -> Vec<(usize, Quality)> {
-    let Some(s) = &app.session else {
+    let Some(s) = app.session() else {
         return Vec::new();
     };
+    rows_of(s, app.quality.sort, app.quality.ascending)
+}
+
+fn rows_of(s: &Session, sort: QualitySort, ascending: bool) -> Vec<(usize, Quality)> {
     let Some(b) = &s.model.bundle else {
         return Vec::new();
     };
@@ -49,24 +67,32 @@ pub fn quality_rows(app: &App) -> Vec<(usize, Quality)> {
         .enumerate()
         .filter_map(|(i, st)| Some((i, st.as_ref()?.quality.clone()?)))
         .collect();
-    let sort = app.quality_sort;
     if sort == QualitySort::Name {
         rows.sort_by(|a, c| b.tensors[a.0].name.cmp(&b.tensors[c.0].name));
     } else {
         rows.sort_by(|a, c| key(&c.1, sort).total_cmp(&key(&a.1, sort)));
     }
-    if app.quality_ascending {
+    if ascending {
         rows.reverse();
     }
     rows
 }
 
 /// Draws the Quality view.
-pub fn quality_ui(app: &mut App, ui: &mut egui::Ui) {
-    let Some(bundle) = app.session.as_ref().and_then(|s| s.model.bundle.clone()) else {
-        return;
-    };
-    let rows = quality_rows(app);
+pub(super) fn quality_ui(
+    ui: &mut egui::Ui,
+    panel: &mut QualityPanel,
+    s: &Session,
+    bundle: &Bundle,
+    selected: Option<usize>,
+    tx: &mut Commands,
+) {
+    let key = (panel.sort, panel.ascending, s.id, s.stats_generation);
+    if panel.key != Some(key) {
+        panel.rows = rows_of(s, panel.sort, panel.ascending);
+        panel.key = Some(key);
+    }
+    let rows = &panel.rows;
     ui.label(
         RichText::new(format!(
             "{} packed tensors, worst first by suspicion (reserved codes, clipping, scale outliers, low entropy)",
@@ -94,12 +120,8 @@ pub fn quality_ui(app: &mut App, ui: &mut egui::Ui) {
                 ("outliers", Some(QualitySort::Outliers)),
             ] {
                 h.col(|ui| {
-                    let arrow = if sort == Some(app.quality_sort) {
-                        if app.quality_ascending {
-                            " ⏶"
-                        } else {
-                            " ⏷"
-                        }
+                    let arrow = if sort == Some(panel.sort) {
+                        if panel.ascending { " ⏶" } else { " ⏷" }
                     } else {
                         ""
                     };
@@ -110,11 +132,11 @@ pub fn quality_ui(app: &mut App, ui: &mut egui::Ui) {
                     if let Some(s) = sort
                         && r.clicked()
                     {
-                        if app.quality_sort == s {
-                            app.quality_ascending = !app.quality_ascending;
+                        if panel.sort == s {
+                            panel.ascending = !panel.ascending;
                         } else {
-                            app.quality_sort = s;
-                            app.quality_ascending = false;
+                            panel.sort = s;
+                            panel.ascending = false;
                         }
                     }
                 });
@@ -123,7 +145,7 @@ pub fn quality_ui(app: &mut App, ui: &mut egui::Ui) {
         .body(|body| {
             body.rows(row_h, rows.len(), |mut row| {
                 let (i, q) = &rows[row.index()];
-                row.set_selected(app.selected == Some(*i));
+                row.set_selected(selected == Some(*i));
                 row.col(|ui| {
                     ui.add(
                         egui::Label::new(RichText::new(&bundle.tensors[*i].name).monospace())
@@ -164,6 +186,6 @@ pub fn quality_ui(app: &mut App, ui: &mut egui::Ui) {
             });
         });
     if let Some(i) = clicked {
-        app.commands.push(Command::Select(Some(i)));
+        tx.send(Command::Select(Some(i)));
     }
 }

@@ -2,10 +2,11 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use crate::audit::{AuditHandle, CheckId, Event, Failure, Severity};
-use crate::report::ReportBuilder;
+use crate::audit::{CheckId, Event, Failure, Severity};
+use crate::report::{ReportBuilder, Totals, totals};
 
 /// One line of the stream panel's check log.
 #[derive(Debug, Clone)]
@@ -33,13 +34,43 @@ pub enum RowStatus {
     Error,
 }
 
+/// What is known of one payload file's hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileState {
+    /// Not hashed yet.
+    Pending,
+    /// Hashed; no expected value to compare with.
+    Hashed,
+    /// Hashed in this session and equal to the expected value.
+    Verified,
+    /// Equal when the cached audit ran; not hashed in this session.
+    VerifiedCached,
+    /// Differs from the expected value.
+    Mismatch,
+}
+
+impl FileState {
+    /// The words shown for it.
+    pub fn text(self) -> &'static str {
+        match self {
+            Self::Pending => "… pending",
+            Self::Hashed => "hashed",
+            Self::Verified => "✔ verified",
+            Self::VerifiedCached => "✔ verified (cached)",
+            Self::Mismatch => "✖ mismatch",
+        }
+    }
+}
+
 /// One opened bundle and its audit.
 pub struct Session {
+    /// Unique per session, so panels can tell a new one (even of the same
+    /// bundle) from the one their caches were built for.
+    pub id: u64,
     /// What the user opened.
     pub path: PathBuf,
     /// The report as it builds up.
     pub model: ReportBuilder,
-    pub(super) handle: Option<AuditHandle>,
     /// Every check as it arrived.
     pub log: Vec<LogRow>,
     /// Errors and warnings per tensor.
@@ -47,24 +78,48 @@ pub struct Session {
     /// Tensor scanned.
     pub tensor_done: Vec<bool>,
     by_name: HashMap<String, usize>,
-    /// When the audit was taken from the cache, its date.
+    /// Indices into the model's findings, by the tensor name they carry,
+    /// so the detail panel does not walk every finding each frame.
+    findings_by_name: HashMap<String, Vec<usize>>,
+    /// When the audit was taken from the cache, its date. Its file
+    /// verdicts then say "verified (cached)": no byte was hashed this session.
     pub cached: Option<String>,
+    /// Checks passed, as the cache remembered them.
+    pub(super) cached_passed: Option<u64>,
     /// When it started.
     pub started: Instant,
+    /// The bundle's precisions, sorted (the table's chips), computed once
+    /// when the index arrives so no frame walks every tensor.
+    pub precisions: Vec<String>,
+    /// Totals by precision (the summary), computed once with the index.
+    pub totals: Option<Totals>,
+    /// Bumped by every event that can change a row's status: what the
+    /// panels key their caches on.
+    pub generation: u64,
+    /// Bumped when a tensor's statistics arrive (the quality view's key:
+    /// it need not re-rank on every check that passes).
+    pub stats_generation: u64,
 }
 
 impl Session {
     pub(super) fn new(path: PathBuf) -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
         Self {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
             path,
             model: ReportBuilder::default(),
-            handle: None,
             log: Vec::new(),
             tensor_findings: Vec::new(),
             tensor_done: Vec::new(),
             by_name: HashMap::new(),
+            findings_by_name: HashMap::new(),
             cached: None,
+            cached_passed: None,
             started: Instant::now(),
+            precisions: Vec::new(),
+            totals: None,
+            generation: 0,
+            stats_generation: 0,
         }
     }
 
@@ -80,6 +135,11 @@ impl Session {
                     .enumerate()
                     .map(|(i, t)| (t.name.clone(), i))
                     .collect();
+                let mut p: Vec<&str> = b.tensors.iter().map(|t| t.precision.as_str()).collect();
+                p.sort_unstable();
+                p.dedup();
+                self.precisions = p.into_iter().map(str::to_string).collect();
+                self.totals = Some(totals(&b.tensors));
             }
             Event::Passed { check, tensor } => self.log.push(LogRow {
                 check: *check,
@@ -100,13 +160,37 @@ impl Session {
                 if let Some(d) = self.tensor_done.get_mut(*tensor) {
                     *d = true;
                 }
+                self.stats_generation += 1;
             }
             _ => {}
+        }
+        if !matches!(event, Event::Passed { .. } | Event::HashProgress { .. }) {
+            self.generation += 1;
         }
         self.model.apply(event);
     }
 
+    /// The state text of file `i` in the summary and the stream panel:
+    /// "verified" only once its bytes were hashed in this session.
+    pub fn file_state(&self, i: usize) -> FileState {
+        let Some(f) = self.model.files.get(i) else {
+            return FileState::Pending;
+        };
+        match (f.ok, &f.sha256) {
+            (Some(true), _) if self.cached.is_some() => FileState::VerifiedCached,
+            (Some(true), _) => FileState::Verified,
+            (Some(false), _) => FileState::Mismatch,
+            (None, Some(_)) => FileState::Hashed,
+            (None, None) => FileState::Pending,
+        }
+    }
+
     fn note_finding(&mut self, f: &crate::audit::Finding) {
+        if let Some(t) = &f.tensor {
+            // `model.apply` pushes it next, at this index.
+            let at = self.model.findings.len();
+            self.findings_by_name.entry(t.clone()).or_default().push(at);
+        }
         if let Some(i) = f.tensor.as_ref().and_then(|t| self.by_name.get(t))
             && let Some(c) = self.tensor_findings.get_mut(*i)
         {
@@ -116,6 +200,18 @@ impl Session {
                 Severity::Info => {}
             }
         }
+    }
+
+    /// The findings about the tensor named `name`, in arrival order.
+    pub fn findings_of<'a>(
+        &'a self,
+        name: &str,
+    ) -> impl Iterator<Item = &'a crate::audit::Finding> + 'a {
+        self.findings_by_name
+            .get(name)
+            .into_iter()
+            .flatten()
+            .filter_map(|&i| self.model.findings.get(i))
     }
 
     /// Is the audit still running?

@@ -3,9 +3,38 @@
 
 use egui::RichText;
 
-use super::App;
+use super::{Commands, FileState, Session, SpotView};
 use crate::audit::Severity;
 use crate::report::human_bytes;
+
+/// The stream panel's own state: the filter, and the log lines it lets
+/// through, extended as the log grows (never rebuilt per frame).
+#[derive(Default)]
+pub(super) struct StreamPanel {
+    errors_only: bool,
+    /// Indices into the session's log of its error lines.
+    errors: Vec<usize>,
+    /// Log lines already looked at, and the session they belong to.
+    scanned: usize,
+    session: Option<u64>,
+}
+
+impl StreamPanel {
+    fn error_rows(&mut self, s: &Session) -> &[usize] {
+        if self.session != Some(s.id) || self.scanned > s.log.len() {
+            self.errors.clear();
+            self.scanned = 0;
+            self.session = Some(s.id);
+        }
+        for (i, r) in s.log.iter().enumerate().skip(self.scanned) {
+            if r.severity == Some(Severity::Error) {
+                self.errors.push(i);
+            }
+        }
+        self.scanned = s.log.len();
+        &self.errors
+    }
+}
 
 fn eta(done: u64, total: u64, rate: f64) -> String {
     if rate <= 0.0 || done >= total {
@@ -20,8 +49,13 @@ fn eta(done: u64, total: u64, rate: f64) -> String {
 }
 
 /// Draws the stream panel.
-pub fn stream_ui(app: &mut App, ui: &mut egui::Ui) {
-    let Some(s) = &app.session else { return };
+pub(super) fn stream_ui(
+    ui: &mut egui::Ui,
+    panel: &mut StreamPanel,
+    s: &Session,
+    spot: &SpotView,
+    tx: &mut Commands,
+) {
     let passed = s.model.passed;
     let errors = s.model.errors();
     ui.horizontal(|ui| {
@@ -37,11 +71,10 @@ pub fn stream_ui(app: &mut App, ui: &mut egui::Ui) {
             ui.label(RichText::new(format!("(from the cache, {date})")).weak());
         }
         ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-            ui.checkbox(&mut app.errors_only, "errors only");
+            ui.checkbox(&mut panel.errors_only, "errors only");
         });
     });
-    super::spotcheck::stream_line_ui(&app.spot, ui);
-    let Some(s) = &app.session else { return };
+    super::spotcheck::stream_line_ui(ui, spot, tx);
     for (i, f) in s.model.files.iter().enumerate() {
         let (done, total, rate) = s.model.progress.get(i).copied().unwrap_or((0, 0, 0.0));
         let (done, total) = match (f.sha256.as_ref(), f.bytes) {
@@ -55,17 +88,16 @@ pub fn stream_ui(app: &mut App, ui: &mut egui::Ui) {
         };
         ui.horizontal(|ui| {
             ui.label(RichText::new(&f.file).monospace());
-            let state = match f.ok {
-                Some(true) => "✔ verified".to_string(),
-                Some(false) => "✖ SHA-256 mismatch".to_string(),
-                None if f.sha256.is_some() => "hashed".to_string(),
-                None => format!(
+            let state = match s.file_state(i) {
+                FileState::Mismatch => "✖ SHA-256 mismatch".to_string(),
+                FileState::Pending => format!(
                     "{} / {}  {}/s  {}",
                     human_bytes(done),
                     human_bytes(total),
                     human_bytes(rate as u64),
                     eta(done, total, rate)
                 ),
+                other => other.text().to_string(),
             };
             ui.add(
                 egui::ProgressBar::new(frac)
@@ -75,21 +107,28 @@ pub fn stream_ui(app: &mut App, ui: &mut egui::Ui) {
         });
     }
     ui.separator();
-    let rows: Vec<usize> = s
-        .log
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| !app.errors_only || r.severity == Some(Severity::Error))
-        .map(|(i, _)| i)
-        .collect();
+    let errors_only = panel.errors_only;
+    let errors = panel.error_rows(s);
+    let count = if errors_only {
+        errors.len()
+    } else {
+        s.log.len()
+    };
     let row_h = ui.text_style_height(&egui::TextStyle::Body) + 2.0;
     egui::ScrollArea::vertical()
         .id_salt("check-log")
         .auto_shrink([false, false])
         .stick_to_bottom(true)
-        .show_rows(ui, row_h, rows.len(), |ui, range| {
-            for &i in &rows[range] {
-                let r = &s.log[i];
+        .show_rows(ui, row_h, count, |ui, range| {
+            for k in range {
+                let i = if errors_only {
+                    errors.get(k).copied()
+                } else {
+                    Some(k)
+                };
+                let Some(r) = i.and_then(|i| s.log.get(i)) else {
+                    continue;
+                };
                 ui.horizontal(|ui| {
                     let (mark, color) = match r.severity {
                         None => ("✔", egui::Color32::from_rgb(0x2e, 0xa0, 0x4e)),

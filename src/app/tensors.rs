@@ -1,12 +1,98 @@
 //! The tensor table: virtualised rows, sort by any column, substring filter,
 //! precision chips, status marks from each tensor's findings.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use egui::{Id, RichText};
 use egui_extras::{Column, TableBuilder};
 
-use super::{App, Command, RowStatus, Session, TableView};
+use super::{Command, Commands, RowStatus, Session};
 use crate::format::{Bundle, TensorInfo, natural_cmp};
 use crate::report::human_bytes;
+
+/// The filter and sort of the tensor table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableView {
+    /// Substring filter on names.
+    pub filter: String,
+    /// Precisions to show; empty shows all.
+    pub precisions: BTreeSet<String>,
+    /// Sort column.
+    pub sort: SortColumn,
+    /// Ascending?
+    pub ascending: bool,
+}
+
+impl Default for TableView {
+    fn default() -> Self {
+        Self {
+            filter: String::new(),
+            precisions: BTreeSet::new(),
+            sort: SortColumn::Offset,
+            ascending: true,
+        }
+    }
+}
+
+/// What the shown rows were computed from: rows are recomputed only when
+/// this changes, never per frame.
+#[derive(Debug, Clone, PartialEq)]
+struct RowsKey {
+    view: TableView,
+    /// The bundle's address: a new bundle is new rows.
+    bundle: usize,
+    /// The session's generation, when the order depends on statuses.
+    generation: u64,
+}
+
+/// The tensor table's own state.
+#[derive(Default)]
+pub struct TablePanel {
+    /// Filter and sort.
+    pub view: TableView,
+    rows: Vec<usize>,
+    key: Option<RowsKey>,
+    /// Give the filter box focus on the next frame.
+    pub(super) focus_filter: bool,
+    /// Scroll to the selection on the next frame.
+    pub(super) scroll_to_selected: bool,
+}
+
+impl TablePanel {
+    /// The rows shown, in order (indices into the bundle's tensors).
+    pub fn rows(&self) -> &[usize] {
+        &self.rows
+    }
+
+    /// Recomputes the rows when the filter, sort or data changed.
+    pub fn refresh(&mut self, session: Option<&Session>) {
+        let Some((s, b)) = session.and_then(|s| Some((s, s.model.bundle.as_ref()?))) else {
+            self.rows.clear();
+            self.key = None;
+            return;
+        };
+        let bundle = Arc::as_ptr(b) as usize;
+        let generation = if self.view.sort == SortColumn::Status {
+            s.generation
+        } else {
+            0
+        };
+        if let Some(k) = &self.key
+            && k.bundle == bundle
+            && k.generation == generation
+            && k.view == self.view
+        {
+            return;
+        }
+        self.rows = visible_rows(s, b, &self.view);
+        self.key = Some(RowsKey {
+            view: self.view.clone(),
+            bundle,
+            generation,
+        });
+    }
+}
 
 /// Columns the table sorts by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,29 +157,26 @@ pub fn visible_rows(s: &Session, b: &Bundle, view: &TableView) -> Vec<usize> {
     rows
 }
 
-fn chips_ui(app: &mut App, ui: &mut egui::Ui, b: &Bundle) {
-    let mut precisions: Vec<&str> = b.tensors.iter().map(|t| t.precision.as_str()).collect();
-    precisions.sort_unstable();
-    precisions.dedup();
+fn chips_ui(ui: &mut egui::Ui, view: &mut TableView, precisions: &[String]) {
     for p in precisions {
-        let on = app.view.precisions.contains(p);
+        let on = view.precisions.contains(p);
         if ui
             .selectable_label(on, p)
             .on_hover_text("Show only these precisions (click again to clear)")
             .clicked()
         {
             if on {
-                app.view.precisions.remove(p);
+                view.precisions.remove(p);
             } else {
-                app.view.precisions.insert(p.to_string());
+                view.precisions.insert(p.clone());
             }
         }
     }
 }
 
-fn header_ui(app: &mut App, ui: &mut egui::Ui, label: &str, col: SortColumn) {
-    let arrow = if app.view.sort == col {
-        if app.view.ascending { " ⏶" } else { " ⏷" }
+fn header_ui(ui: &mut egui::Ui, view: &mut TableView, label: &str, col: SortColumn) {
+    let arrow = if view.sort == col {
+        if view.ascending { " ⏶" } else { " ⏷" }
     } else {
         ""
     };
@@ -102,11 +185,11 @@ fn header_ui(app: &mut App, ui: &mut egui::Ui, label: &str, col: SortColumn) {
         .on_hover_text(format!("Sort by {label}"))
         .clicked()
     {
-        if app.view.sort == col {
-            app.view.ascending = !app.view.ascending;
+        if view.sort == col {
+            view.ascending = !view.ascending;
         } else {
-            app.view.sort = col;
-            app.view.ascending = !matches!(
+            view.sort = col;
+            view.ascending = !matches!(
                 col,
                 SortColumn::Bytes | SortColumn::Resident | SortColumn::Status
             );
@@ -114,14 +197,21 @@ fn header_ui(app: &mut App, ui: &mut egui::Ui, label: &str, col: SortColumn) {
     }
 }
 
-/// The filter bar and the table.
-pub fn table_ui(app: &mut App, ui: &mut egui::Ui, focus_filter: bool, scroll_to_selected: bool) {
-    let Some(bundle) = app.session.as_ref().and_then(|s| s.model.bundle.clone()) else {
-        return;
-    };
+/// The filter bar and the table. Only the visible rows are laid out and
+/// formatted; nothing here walks every tensor.
+pub fn table_ui(
+    ui: &mut egui::Ui,
+    panel: &mut TablePanel,
+    session: &Session,
+    bundle: &Bundle,
+    selected: Option<usize>,
+    tx: &mut Commands,
+) {
+    let focus_filter = std::mem::take(&mut panel.focus_filter);
+    let scroll_to_selected = std::mem::take(&mut panel.scroll_to_selected);
     ui.horizontal(|ui| {
         ui.label("Filter");
-        let edit = egui::TextEdit::singleline(&mut app.view.filter)
+        let edit = egui::TextEdit::singleline(&mut panel.view.filter)
             .id(filter_id())
             .hint_text("tensor name…  (Ctrl/Cmd+F, Esc clears)")
             .desired_width(260.0);
@@ -129,20 +219,17 @@ pub fn table_ui(app: &mut App, ui: &mut egui::Ui, focus_filter: bool, scroll_to_
         if focus_filter {
             r.request_focus();
         }
-        chips_ui(app, ui, &bundle);
+        chips_ui(ui, &mut panel.view, &session.precisions);
         ui.label(
             RichText::new(format!(
                 "{} of {} tensors",
-                app.rows.len(),
+                panel.rows.len(),
                 bundle.tensors.len()
             ))
             .weak(),
         );
     });
-    app.refresh_rows();
-    let selected_pos = app
-        .selected
-        .and_then(|s| app.rows.iter().position(|&r| r == s));
+    panel.refresh(Some(session));
     let row_h = ui.text_style_height(&egui::TextStyle::Body) + 6.0;
     let mut table = TableBuilder::new(ui)
         .id_salt("tensor-table")
@@ -157,55 +244,60 @@ pub fn table_ui(app: &mut App, ui: &mut egui::Ui, focus_filter: bool, scroll_to_
         .column(Column::exact(64.0))
         .column(Column::exact(76.0))
         .column(Column::exact(76.0));
-    if scroll_to_selected && let Some(p) = selected_pos {
+    // Searching the rows is O(rows); only done on the frame that asks.
+    if scroll_to_selected
+        && let Some(p) = selected.and_then(|s| panel.rows.iter().position(|&r| r == s))
+    {
         table = table.scroll_to_row(p, None);
     }
     let mut clicked = None;
-    let rows = app.rows.clone();
+    let (view, rows) = (&mut panel.view, &panel.rows);
     table
         .header(row_h, |mut h| {
-            h.col(|ui| header_ui(app, ui, "", SortColumn::Status));
-            h.col(|ui| header_ui(app, ui, "name", SortColumn::Name));
-            h.col(|ui| header_ui(app, ui, "precision", SortColumn::Precision));
-            h.col(|ui| header_ui(app, ui, "shape", SortColumn::Shape));
-            h.col(|ui| header_ui(app, ui, "dtype", SortColumn::Dtype));
-            h.col(|ui| header_ui(app, ui, "bytes", SortColumn::Bytes));
-            h.col(|ui| header_ui(app, ui, "resident", SortColumn::Resident));
+            h.col(|ui| header_ui(ui, view, "", SortColumn::Status));
+            h.col(|ui| header_ui(ui, view, "name", SortColumn::Name));
+            h.col(|ui| header_ui(ui, view, "precision", SortColumn::Precision));
+            h.col(|ui| header_ui(ui, view, "shape", SortColumn::Shape));
+            h.col(|ui| header_ui(ui, view, "dtype", SortColumn::Dtype));
+            h.col(|ui| header_ui(ui, view, "bytes", SortColumn::Bytes));
+            h.col(|ui| header_ui(ui, view, "resident", SortColumn::Resident));
         })
         .body(|body| {
-            let Some(session) = app.session.as_ref() else {
-                return;
-            };
             body.rows(row_h, rows.len(), |mut row| {
-                let i = rows[row.index()];
-                let t = &bundle.tensors[i];
-                row.set_selected(app.selected == Some(i));
+                let Some(t) = rows
+                    .get(row.index())
+                    .and_then(|&i| Some((i, bundle.tensors.get(i)?)))
+                else {
+                    return;
+                };
+                let (i, t) = t;
+                row.set_selected(selected == Some(i));
                 row.col(|ui| status_ui(ui, session.status(i)));
                 row.col(|ui| {
                     let name = match &t.alias_of {
-                        Some(target) => format!("{} → {target}", t.name),
-                        None => t.name.clone(),
+                        Some(target) => RichText::new(format!("{} → {target}", t.name)),
+                        None => RichText::new(&t.name),
                     };
                     ui.add(
-                        egui::Label::new(RichText::new(name).monospace())
+                        egui::Label::new(name.monospace())
                             .truncate()
                             .selectable(false),
                     );
                 });
                 row.col(|ui| {
-                    ui.label(t.precision.as_str());
+                    cell_ui(ui, t.precision.as_str());
                 });
                 row.col(|ui| {
-                    ui.label(t.shape_text());
+                    cell_ui(ui, &t.shape_text());
                 });
                 row.col(|ui| {
-                    ui.label(dtype_text(t));
+                    cell_ui(ui, &dtype_text(t));
                 });
                 row.col(|ui| {
-                    ui.label(t.bytes.map_or("—".into(), human_bytes));
+                    cell_ui(ui, &t.bytes.map_or("—".into(), human_bytes));
                 });
                 row.col(|ui| {
-                    ui.label(t.resident_bytes.map_or("—".into(), human_bytes));
+                    cell_ui(ui, &t.resident_bytes.map_or("—".into(), human_bytes));
                 });
                 if row.response().clicked() {
                     clicked = Some(i);
@@ -213,8 +305,27 @@ pub fn table_ui(app: &mut App, ui: &mut egui::Ui, focus_filter: bool, scroll_to_
             });
         });
     if let Some(i) = clicked {
-        app.commands.push(Command::Select(Some(i)));
+        tx.send(Command::Select(Some(i)));
     }
+}
+
+/// A plain cell: painted text, not a widget. A table of thousands of rows
+/// shows a few dozen at a time, but each label is a widget with its own
+/// id, response and accessibility node every frame; the row itself is the
+/// widget (it is clicked and selected), and the name cell stays a label so
+/// the row can be found by its name.
+fn cell_ui(ui: &mut egui::Ui, text: &str) {
+    use egui::emath::GuiRounding as _;
+    let rect = ui.max_rect();
+    let font = egui::TextStyle::Body.resolve(ui.style());
+    // The colour a label would take (a selected row overrides it).
+    let galley = ui
+        .painter()
+        .layout_no_wrap(text.to_owned(), font, ui.visuals().text_color());
+    // Where a centred label would sit: on the layout's rounding grid, so the
+    // glyphs stay as sharp as a label's.
+    let pos = egui::pos2(rect.left(), rect.center().y - galley.size().y / 2.0).round_ui();
+    ui.painter().galley(pos, galley, ui.visuals().text_color());
 }
 
 /// The mark shown for a status, with its hover text.

@@ -1,11 +1,91 @@
-//! The welcome screen: open, demo, recent bundles.
+//! The welcome screen: open, demo, recent bundles. Which recent bundles
+//! still exist is learnt by a job, never by the frame.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 
 use egui::RichText;
 
-use super::{App, Command};
+use super::jobs::{Job, Poll};
+use super::{Command, Commands, MAX_RECENT};
 
-/// Draws the welcome screen.
-pub fn welcome_ui(app: &mut App, ui: &mut egui::Ui) {
+/// The recent-bundles list and what a job last found of each entry.
+#[derive(Default)]
+pub(super) struct Recent {
+    paths: Vec<PathBuf>,
+    missing: HashSet<PathBuf>,
+    job: Option<Job<(Vec<PathBuf>, HashSet<PathBuf>)>>,
+}
+
+impl Recent {
+    /// The stored list; a job checks which entries still exist.
+    pub(super) fn from_paths(paths: Vec<PathBuf>, wake: Option<egui::Context>) -> Self {
+        let mut r = Self {
+            paths,
+            ..Self::default()
+        };
+        r.check(wake);
+        r
+    }
+
+    /// Newest first.
+    pub(super) fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
+    /// Puts `path` first at once; a job then resolves it (so the same folder
+    /// reached through a symlink or its manifest is listed once) and
+    /// rechecks which entries exist.
+    pub(super) fn remember(&mut self, path: &Path, wake: Option<egui::Context>) {
+        self.paths.retain(|p| p != path);
+        self.paths.insert(0, path.to_path_buf());
+        self.paths.truncate(MAX_RECENT);
+        self.missing.remove(path);
+        self.check(wake);
+    }
+
+    fn check(&mut self, wake: Option<egui::Context>) {
+        if let Some(old) = self.job.take() {
+            old.cancel();
+        }
+        let paths = self.paths.clone();
+        self.job = Job::once("recent", wake, move |_| {
+            let mut out: Vec<PathBuf> = Vec::new();
+            for p in paths {
+                let p = std::fs::canonicalize(&p).unwrap_or(p);
+                if !out.contains(&p) {
+                    out.push(p);
+                }
+            }
+            let missing = out.iter().filter(|p| !p.exists()).cloned().collect();
+            (out, missing)
+        })
+        .ok();
+    }
+
+    /// Takes the job's answer when it has come.
+    pub(super) fn poll(&mut self) {
+        let Some(job) = &self.job else { return };
+        match job.poll() {
+            Poll::Msg((paths, missing)) => {
+                self.paths = paths;
+                self.missing = missing;
+                self.job = None;
+            }
+            Poll::Ended => self.job = None,
+            Poll::Empty => {}
+        }
+    }
+}
+
+/// Draws the welcome screen. `busy`: what is on its way (opening a bundle,
+/// writing the demo), shown with a spinner.
+pub(super) fn welcome_ui(
+    ui: &mut egui::Ui,
+    recent: &Recent,
+    busy: Option<&str>,
+    tx: &mut Commands,
+) {
     ui.vertical_centered(|ui| {
         ui.add_space(ui.available_height() * 0.15);
         ui.heading(RichText::new("bundlescope").size(32.0).strong());
@@ -21,18 +101,25 @@ pub fn welcome_ui(app: &mut App, ui: &mut egui::Ui) {
             .on_hover_text("Choose a bundle folder (Ctrl/Cmd+O)")
             .clicked()
         {
-            app.commands.push(Command::OpenDialog);
+            tx.send(Command::OpenDialog);
         }
         ui.add_space(8.0);
-        let demo = ui.add_sized(
-            [240.0, 36.0],
-            egui::Button::new(RichText::new("Open demo bundle").size(16.0)),
+        let demo = ui.add_enabled(
+            busy.is_none(),
+            egui::Button::new(RichText::new("Open demo bundle").size(16.0))
+                .min_size(egui::vec2(240.0, 36.0)),
         );
         if demo
             .on_hover_text("A small valid audio8 v2 bundle written by the sample writer")
             .clicked()
         {
-            app.commands.push(Command::OpenDemo);
+            tx.send(Command::OpenDemo);
+        }
+        if let Some(label) = busy {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(label);
+            });
         }
         ui.add_space(12.0);
         ui.label(
@@ -41,16 +128,15 @@ pub fn welcome_ui(app: &mut App, ui: &mut egui::Ui) {
             )
             .weak(),
         );
-        if !app.recent.is_empty() {
+        if !recent.paths.is_empty() {
             ui.add_space(28.0);
             ui.label(RichText::new("Recent").strong());
-            let mut open = None;
-            for p in &app.recent {
-                let text = p.display().to_string();
-                let exists = p.exists();
+            for p in &recent.paths {
+                let exists = !recent.missing.contains(p);
                 let r = ui.add_enabled(
                     exists,
-                    egui::Button::new(RichText::new(&text).monospace()).frame(false),
+                    egui::Button::new(RichText::new(p.display().to_string()).monospace())
+                        .frame(false),
                 );
                 let r = if exists {
                     r
@@ -58,11 +144,8 @@ pub fn welcome_ui(app: &mut App, ui: &mut egui::Ui) {
                     r.on_disabled_hover_text("no longer exists")
                 };
                 if r.clicked() {
-                    open = Some(p.clone());
+                    tx.send(Command::Open(p.clone()));
                 }
-            }
-            if let Some(p) = open {
-                app.commands.push(Command::Open(p));
             }
         }
     });

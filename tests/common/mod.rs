@@ -2,6 +2,8 @@
 //! project's own writer, corrupt a copy, run the real binary.
 #![allow(dead_code)]
 
+#[cfg(feature = "gui")]
+pub mod harness;
 pub mod nvfp4;
 
 use std::path::{Path, PathBuf};

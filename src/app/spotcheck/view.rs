@@ -1,261 +1,15 @@
-//! MLX spot checks in the window: the selected tensor's ("Run on MLX") in
-//! the detail panel, every tensor's ("Spot-check all") in the central
-//! "Spot checks" tab, ranked worst first against an optional reference
-//! checkpoint. Checks run on one worker thread; the panels only read what
-//! it reports, and the stream panel shows its progress with a Cancel.
-
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Mutex};
+//! The spot-check panels: the detail panel's section, the central tab and
+//! the stream panel's progress line. They read [`SpotView`] and send
+//! commands; the jobs live in the parent module.
 
 use egui::{Color32, RichText};
 use egui_extras::{Column, TableBuilder};
 
-use super::App;
-use crate::format::{Bundle, Precision};
+use super::{JobKind, SpotView, checkable};
+use crate::app::{Command, Commands};
+use crate::format::Bundle;
 use crate::mlx;
-use crate::spotcheck::{self, Checkpoint, DEFAULT_MAX_ROWS, Options, Report, SpotResult, XDtype};
-
-/// What the worker is doing.
-#[derive(Debug, Clone, Default)]
-pub struct SpotProgress {
-    /// Checks finished.
-    pub done: usize,
-    /// Checks in all.
-    pub total: usize,
-    /// The tensor being checked.
-    pub tensor: String,
-}
-
-/// Which job a worker runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobKind {
-    /// One tensor's checks.
-    Tensor(usize),
-    /// Every packed tensor.
-    All,
-    /// Opening a reference checkpoint.
-    Reference,
-}
-
-enum Done {
-    Tensor(usize, Result<Vec<SpotResult>, String>),
-    All(Result<Report, String>),
-    Reference(PathBuf, Result<Checkpoint, String>),
-}
-
-/// A running job.
-pub struct Job {
-    /// What it is.
-    pub kind: JobKind,
-    /// Its progress (for "Spot-check all").
-    pub progress: Arc<Mutex<SpotProgress>>,
-    cancel: Arc<AtomicBool>,
-    rx: Receiver<Done>,
-}
-
-/// The spot-check state of the open bundle.
-#[derive(Default)]
-pub struct SpotView {
-    /// dtype of `x`.
-    pub dtype: XDtype,
-    /// Rows of `x`.
-    pub batch: usize,
-    /// The running job.
-    pub job: Option<Job>,
-    /// Results of "Run on MLX", per tensor index.
-    pub by_tensor: Vec<(usize, Vec<SpotResult>)>,
-    /// The last "Spot-check all".
-    pub all: Option<Report>,
-    /// The reference checkpoint, once opened.
-    pub reference: Option<Arc<Checkpoint>>,
-    /// The last error (MLX missing, a bad reference…).
-    pub error: Option<String>,
-}
-
-impl SpotView {
-    /// Forgets everything about the previous bundle (and stops its job).
-    pub fn reset(&mut self) {
-        self.cancel();
-        self.job = None;
-        self.by_tensor.clear();
-        self.all = None;
-        self.error = None;
-    }
-
-    /// Is a job running?
-    pub fn running(&self) -> bool {
-        self.job.is_some()
-    }
-
-    /// Asks the running job to stop after its current check.
-    pub fn cancel(&self) {
-        if let Some(j) = &self.job {
-            j.cancel.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// The results of "Run on MLX" for tensor `i`.
-    pub fn results_of(&self, i: usize) -> Option<&[SpotResult]> {
-        self.by_tensor
-            .iter()
-            .find(|(t, _)| *t == i)
-            .map(|(_, r)| r.as_slice())
-    }
-
-    fn options(&self, max_rows: Option<usize>) -> Options {
-        Options {
-            batch: if self.batch == 0 { 8 } else { self.batch },
-            dtype: self.dtype,
-            max_rows,
-            reference: self.reference.clone(),
-            ..Options::default()
-        }
-    }
-
-    fn spawn(
-        &mut self,
-        kind: JobKind,
-        wake: Option<egui::Context>,
-        work: impl FnOnce(&AtomicBool, &Mutex<SpotProgress>) -> Done + Send + 'static,
-    ) {
-        if self.job.is_some() {
-            return;
-        }
-        let (tx, rx) = channel();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let progress = Arc::new(Mutex::new(SpotProgress::default()));
-        let (c, p) = (cancel.clone(), progress.clone());
-        let spawned = std::thread::Builder::new()
-            .name("bundlescope-spotcheck".into())
-            .spawn(move || {
-                let done = work(&c, &p);
-                let _ = tx.send(done);
-                if let Some(ctx) = wake {
-                    ctx.request_repaint();
-                }
-            });
-        match spawned {
-            Ok(_) => {
-                self.error = None;
-                self.job = Some(Job {
-                    kind,
-                    progress,
-                    cancel,
-                    rx,
-                })
-            }
-            Err(e) => self.error = Some(format!("could not start the spot check: {e}")),
-        }
-    }
-
-    /// Starts the checks of tensor `index` (every row, every expert).
-    pub fn run_tensor(&mut self, bundle: Arc<Bundle>, index: usize, wake: Option<egui::Context>) {
-        let opts = self.options(None);
-        self.spawn(JobKind::Tensor(index), wake, move |_, _| {
-            Done::Tensor(
-                index,
-                spotcheck::run_tensor(&bundle, index, &opts).map_err(|e| e.to_string()),
-            )
-        });
-    }
-
-    /// Starts "Spot-check all" (at most [`DEFAULT_MAX_ROWS`] rows a tensor).
-    pub fn run_all(&mut self, bundle: Arc<Bundle>, wake: Option<egui::Context>) {
-        let opts = self.options(Some(DEFAULT_MAX_ROWS));
-        let repaint = wake.clone();
-        self.spawn(JobKind::All, wake, move |cancel, progress| {
-            let report = spotcheck::run_all(
-                &bundle,
-                &opts,
-                |p| {
-                    if let Ok(mut g) = progress.lock() {
-                        *g = SpotProgress {
-                            done: p.done,
-                            total: p.total,
-                            tensor: p.tensor.to_string(),
-                        };
-                    }
-                    if let Some(ctx) = &repaint {
-                        ctx.request_repaint();
-                    }
-                },
-                cancel,
-            );
-            Done::All(
-                report
-                    .map(|mut r| {
-                        r.rank_worst_first();
-                        r
-                    })
-                    .map_err(|e| e.to_string()),
-            )
-        });
-    }
-
-    /// Opens the reference checkpoint at `dir` (its headers only).
-    pub fn open_reference(&mut self, dir: PathBuf, wake: Option<egui::Context>) {
-        self.spawn(JobKind::Reference, wake, move |_, _| {
-            let r = Checkpoint::open(&dir).map_err(|e| e.to_string());
-            Done::Reference(dir, r)
-        });
-    }
-
-    /// Takes the finished job's result, if any.
-    pub fn poll(&mut self) {
-        let Some(job) = &self.job else { return };
-        let Ok(done) = job.rx.try_recv() else {
-            return;
-        };
-        self.job = None;
-        match done {
-            Done::Tensor(i, Ok(r)) => {
-                self.by_tensor.retain(|(t, _)| *t != i);
-                self.by_tensor.push((i, r));
-            }
-            Done::All(Ok(r)) => self.all = Some(r),
-            Done::Reference(_, Ok(c)) => {
-                self.reference = Some(Arc::new(c));
-                // Old results were measured without (or against another) reference.
-                self.by_tensor.clear();
-                self.all = None;
-            }
-            Done::Tensor(_, Err(e)) | Done::All(Err(e)) => self.error = Some(e),
-            Done::Reference(dir, Err(e)) => {
-                self.error = Some(format!("reference {}: {e}", dir.display()))
-            }
-        }
-    }
-
-    /// Blocks until the running job finishes (tests).
-    pub fn wait(&mut self, timeout: std::time::Duration) -> bool {
-        let end = std::time::Instant::now() + timeout;
-        while self.job.is_some() {
-            if std::time::Instant::now() > end {
-                return false;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-            self.poll();
-        }
-        true
-    }
-}
-
-/// Does tensor `t` have a matmul to check?
-pub fn checkable(b: &Bundle, i: usize) -> bool {
-    let Some(t) = b.tensors.get(i) else {
-        return false;
-    };
-    let t = match &t.alias_of {
-        Some(a) => match b.find(a) {
-            Some(j) => &b.tensors[j],
-            None => return false,
-        },
-        None => t,
-    };
-    t.precision.packed().is_some() || t.precision == Precision::Nvfp4
-}
+use crate::spotcheck::{DEFAULT_MAX_ROWS, SpotResult, XDtype};
 
 fn not_built_ui(ui: &mut egui::Ui) {
     ui.label(
@@ -298,7 +52,7 @@ pub fn detail_section_ui(
     spot: &mut SpotView,
     bundle: &Bundle,
     i: usize,
-    commands: &mut Vec<super::Command>,
+    tx: &mut Commands,
 ) {
     if !checkable(bundle, i) {
         return;
@@ -321,9 +75,9 @@ pub fn detail_section_ui(
                 ui.ctx().format_shortcut(&run_shortcut())
             ));
         if run.clicked() {
-            commands.push(super::Command::SpotCheck(Some(i)));
+            tx.send(Command::SpotCheck(Some(i)));
         }
-        if matches!(spot.job.as_ref().map(|j| j.kind), Some(JobKind::Tensor(t)) if t == i) {
+        if matches!(spot.kind(), Some(JobKind::Tensor(t)) if t == i) {
             ui.spinner();
             ui.label("running…");
         }
@@ -415,7 +169,7 @@ fn results_table_ui(
     ui: &mut egui::Ui,
     id: &str,
     results: &[SpotResult],
-    mut names: Option<(&Bundle, &mut Vec<super::Command>)>,
+    mut names: Option<(&Bundle, &mut Commands)>,
 ) {
     let with_ref = results.iter().any(|r| r.reference.is_some());
     let full = names.is_some();
@@ -570,21 +324,26 @@ fn results_table_ui(
             });
         });
     });
-    if let (Some(name), Some((bundle, commands))) = (select, names.as_mut())
+    if let (Some(name), Some((bundle, tx))) = (select, names.as_mut())
         && let Some(i) = bundle.find(&name)
     {
-        commands.push(super::Command::Select(Some(i)));
+        tx.send(Command::Select(Some(i)));
     }
 }
 
 /// The central "Spot checks" tab: reference picker, "Spot-check all" and
 /// the ranked table.
-pub fn central_ui(app: &mut App, ui: &mut egui::Ui) {
+pub fn central_ui(
+    ui: &mut egui::Ui,
+    spot: &mut SpotView,
+    bundle: Option<&Bundle>,
+    tx: &mut Commands,
+) {
     if !mlx::available() {
         not_built_ui(ui);
         return;
     }
-    let running = app.spot.running();
+    let running = spot.running();
     ui.horizontal(|ui| {
         if ui
             .add_enabled(!running, egui::Button::new("Spot-check all"))
@@ -594,21 +353,19 @@ pub fn central_ui(app: &mut App, ui: &mut egui::Ui) {
             ))
             .clicked()
         {
-            app.commands.push(super::Command::SpotCheck(None));
+            tx.send(Command::SpotCheck(None));
         }
         if running && ui.button("Cancel").clicked() {
-            app.spot.cancel();
+            tx.send(Command::CancelSpotCheck);
         }
         ui.separator();
         ui.label("Reference checkpoint:");
-        match &app.spot.reference {
+        match &spot.reference {
             Some(r) => {
                 ui.label(RichText::new(r.path().display().to_string()).monospace())
                     .on_hover_text("The unquantised safetensors the bundle was made from");
                 if ui.add_enabled(!running, egui::Button::new("×")).on_hover_text("Forget the reference").clicked() {
-                    app.spot.reference = None;
-                    app.spot.all = None;
-                    app.spot.by_tensor.clear();
+                    tx.send(Command::ClearReference);
                 }
             }
             None => {
@@ -620,23 +377,20 @@ pub fn central_ui(app: &mut App, ui: &mut egui::Ui) {
             .on_hover_text("A folder of safetensors (BF16/F16/F32) with the bundle's tensor names")
             .clicked()
         {
-            app.commands.push(super::Command::PickReference);
+            tx.send(Command::PickReference);
         }
     });
-    settings_ui(&mut app.spot, ui);
-    if let Some(e) = &app.spot.error {
+    settings_ui(spot, ui);
+    if let Some(e) = &spot.error {
         ui.label(RichText::new(e).color(ui.visuals().error_fg_color));
     }
-    if let Some(j) = &app.spot.job
-        && j.kind == JobKind::All
-    {
-        let p = j.progress.lock().map(|p| p.clone()).unwrap_or_default();
+    if let Some(p) = spot.progress() {
         ui.horizontal(|ui| {
             ui.spinner();
             ui.label(format!("checking {}/{} · {}", p.done, p.total, p.tensor));
         });
     }
-    let Some(r) = &app.spot.all else {
+    let Some(r) = &spot.all else {
         if !running {
             ui.label(
                 RichText::new(
@@ -670,19 +424,14 @@ pub fn central_ui(app: &mut App, ui: &mut egui::Ui) {
         );
     }
     let results = r.results.clone();
-    let bundle = app.session.as_ref().and_then(|s| s.model.bundle.clone());
     if let Some(b) = bundle {
-        results_table_ui(ui, "spot-all", &results, Some((&b, &mut app.commands)));
+        results_table_ui(ui, "spot-all", &results, Some((b, tx)));
     }
 }
 
 /// The stream panel's line while "Spot-check all" runs.
-pub fn stream_line_ui(spot: &SpotView, ui: &mut egui::Ui) {
-    let Some(j) = &spot.job else { return };
-    if j.kind != JobKind::All {
-        return;
-    }
-    let p = j.progress.lock().map(|p| p.clone()).unwrap_or_default();
+pub fn stream_line_ui(ui: &mut egui::Ui, spot: &SpotView, tx: &mut Commands) {
+    let Some(p) = spot.progress() else { return };
     let mut cancel = false;
     ui.horizontal(|ui| {
         ui.label(RichText::new("Spot check").strong());
@@ -700,7 +449,7 @@ pub fn stream_line_ui(spot: &SpotView, ui: &mut egui::Ui) {
         cancel = ui.button("Cancel").clicked();
     });
     if cancel {
-        spot.cancel();
+        tx.send(Command::CancelSpotCheck);
     }
 }
 

@@ -1,0 +1,343 @@
+//! Opening a bundle: one job reads the audit cache and, on a miss, runs the
+//! audit, streaming its events; a cached verdict is shown at once and, for a
+//! small bundle, re-verified by a second audit job in the background. A
+//! finished audit is stored in the cache by a job too: the UI thread never
+//! touches the disk.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::cache::AuditCache;
+use super::commands::Chore;
+use super::jobs::{Job, Poll};
+use super::{App, Session, SideTab};
+use crate::audit::{self, Event, Failure};
+use crate::util::CancelToken;
+
+/// What the open job sends.
+pub(super) enum AuditMsg {
+    /// The events that follow come from the cache (date, passed checks).
+    Cached { date: String, passed: u64 },
+    /// One audit event.
+    Event(Event),
+}
+
+/// The background re-verification of a cached verdict: a normal audit
+/// whose events build a second session, swapped in when it finishes.
+pub(super) struct Reverify {
+    job: Job<AuditMsg>,
+    session: Session,
+}
+
+/// The jobs of the open bundle, and one-shot disk chores.
+#[derive(Default)]
+pub(super) struct Opening {
+    audit: Option<Job<AuditMsg>>,
+    reverify: Option<Reverify>,
+    stores: Vec<Job<()>>,
+    pub(super) chores: Vec<Job<Chore>>,
+    /// The cancel tokens of audits replaced by another open, newest last
+    /// (a test checks the replaced audit was really told to stop).
+    replaced: Vec<CancelToken>,
+}
+
+impl Opening {
+    /// Is something being opened, audited or written?
+    pub(super) fn busy(&self) -> bool {
+        self.audit.is_some()
+            || self.reverify.is_some()
+            || !self.stores.is_empty()
+            || !self.chores.is_empty()
+    }
+
+    /// What the welcome screen says while a bundle is on its way.
+    pub(super) fn busy_label(&self) -> Option<&'static str> {
+        if self.audit.is_some() {
+            Some("Opening…")
+        } else if self.chores.iter().any(|c| c.name() == "demo") {
+            Some("Writing the demo bundle…")
+        } else {
+            None
+        }
+    }
+
+    /// Is a cached verdict being re-verified?
+    pub(super) fn reverifying(&self) -> bool {
+        self.reverify.is_some()
+    }
+
+    fn stop(&mut self) {
+        for job in [self.audit.take(), self.reverify.take().map(|r| r.job)]
+            .into_iter()
+            .flatten()
+        {
+            job.cancel();
+            self.replaced.push(job.token().clone());
+        }
+        // Only the last few matter (to tests); keep the list from growing.
+        let excess = self.replaced.len().saturating_sub(8);
+        self.replaced.drain(..excess);
+    }
+}
+
+fn start_audit(
+    path: PathBuf,
+    cache: Option<AuditCache>,
+    wake: Option<egui::Context>,
+) -> Result<Job<AuditMsg>, String> {
+    // Bounded like the audit's own stream, for the same reason: a pass
+    // outruns a busy window, and memory must not grow without limit.
+    Job::spawn("audit", audit::CHANNEL_CAPACITY, wake, move |w| {
+        if let Some(hit) = cache.and_then(|c| c.load(&path)) {
+            if !w.send(AuditMsg::Cached {
+                date: hit.date,
+                passed: hit.passed,
+            }) {
+                return;
+            }
+            for e in hit.events {
+                if !w.send(AuditMsg::Event(e)) {
+                    return;
+                }
+            }
+            return;
+        }
+        audit::run(&path, &audit::Options::default(), w.token(), &|e| {
+            // A closed channel means nobody listens: the token stops the pass.
+            w.send(AuditMsg::Event(e));
+        });
+    })
+}
+
+impl App {
+    /// Opens `path`: a job looks it up in the cache (when `use_cache`) and
+    /// otherwise audits it; the running audit of the previous bundle is
+    /// cancelled.
+    pub fn open(&mut self, path: PathBuf, use_cache: bool) {
+        self.opening.stop();
+        self.selected = None;
+        self.notice = None;
+        self.side = SideTab::Summary;
+        self.spot.reset();
+        self.remember(&path);
+        // The session appears at once ("Opening…"); the job fills it.
+        self.session = Some(Session::new(path.clone()));
+        let cache = self.cache.clone().filter(|_| use_cache);
+        match start_audit(path, cache, self.ctx.clone()) {
+            Ok(job) => self.opening.audit = Some(job),
+            Err(e) => self.set_notice(format!("could not start the audit: {e}"), true),
+        }
+    }
+
+    /// The cancel tokens of audits that a later open replaced, oldest first.
+    pub fn replaced_audits(&self) -> &[CancelToken] {
+        &self.opening.replaced
+    }
+
+    /// Is a cached verdict being re-verified in the background?
+    pub fn reverifying(&self) -> bool {
+        self.opening.reverifying()
+    }
+
+    /// Shows an already opened bundle's index without auditing it (headless
+    /// benchmarks, and callers that only browse).
+    pub fn show_index(&mut self, bundle: Arc<crate::format::Bundle>) {
+        self.opening.stop();
+        let mut session = Session::new(bundle.dir.clone());
+        session.apply(&Event::Opened(bundle));
+        self.session = Some(session);
+        self.selected = None;
+    }
+
+    /// Polls every job, spending at most `budget` on audit events.
+    pub fn poll_jobs(&mut self, budget: Duration) {
+        self.drain_audit(budget);
+        self.drain_reverify(budget);
+        self.stores_poll();
+        self.poll_chores();
+        self.poll_dialog();
+        self.spot.poll();
+        self.recent.poll();
+    }
+
+    fn drain_audit(&mut self, budget: Duration) {
+        let deadline = Instant::now() + budget;
+        let (Some(job), Some(session)) = (&self.opening.audit, &mut self.session) else {
+            return;
+        };
+        let mut ended = false;
+        while Instant::now() < deadline {
+            match job.poll() {
+                Poll::Msg(AuditMsg::Cached { date, passed }) => {
+                    session.cached = Some(date);
+                    session.cached_passed = Some(passed);
+                }
+                Poll::Msg(AuditMsg::Event(e)) => {
+                    let last = matches!(e, Event::Finished(_));
+                    session.apply(&e);
+                    if last {
+                        ended = true;
+                        break;
+                    }
+                }
+                Poll::Empty => break,
+                Poll::Ended => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if !ended {
+            return;
+        }
+        self.opening.audit = None;
+        if let Some(p) = session.cached_passed {
+            session.model.passed = p;
+        }
+        match &session.model.outcome {
+            Some(Ok(_)) if session.cached.is_some() => self.start_reverify(),
+            Some(Ok(_)) => self.store_in_cache(),
+            Some(Err(Failure::Open(e))) => {
+                let e = crate::format::error_chain(&**e);
+                self.set_notice(e, true)
+            }
+            Some(Err(e @ Failure::Thread { .. })) => {
+                let e = crate::format::error_chain(e);
+                self.set_notice(e, true)
+            }
+            Some(Err(Failure::Cancelled)) => {}
+            None => {
+                session.model.outcome = Some(Err(Failure::Cancelled));
+                self.set_notice("the audit stopped unexpectedly", true);
+            }
+        }
+    }
+
+    /// A cached verdict of a small enough payload is checked again: the
+    /// cache key cannot see every possible tampering, the hashes can.
+    fn start_reverify(&mut self) {
+        let Some(s) = &self.session else { return };
+        let payload: u64 = s.model.files.iter().filter_map(|f| f.bytes).sum();
+        if payload > self.reverify_limit {
+            return;
+        }
+        match start_audit(s.path.clone(), None, self.ctx.clone()) {
+            Ok(job) => {
+                self.opening.reverify = Some(Reverify {
+                    job,
+                    session: Session::new(s.path.clone()),
+                })
+            }
+            Err(e) => self.set_notice(format!("could not re-verify: {e}"), true),
+        }
+    }
+
+    fn drain_reverify(&mut self, budget: Duration) {
+        let deadline = Instant::now() + budget;
+        let Some(r) = &mut self.opening.reverify else {
+            return;
+        };
+        let mut ended = false;
+        while Instant::now() < deadline {
+            match r.job.poll() {
+                Poll::Msg(AuditMsg::Event(e)) => {
+                    let last = matches!(e, Event::Finished(_));
+                    r.session.apply(&e);
+                    if last {
+                        ended = true;
+                        break;
+                    }
+                }
+                Poll::Msg(AuditMsg::Cached { .. }) => {}
+                Poll::Empty => break,
+                Poll::Ended => {
+                    ended = true;
+                    break;
+                }
+            }
+        }
+        if !ended {
+            return;
+        }
+        let Some(r) = self.opening.reverify.take() else {
+            return;
+        };
+        if matches!(r.session.model.outcome, Some(Ok(_))) {
+            self.session = Some(r.session);
+            self.store_in_cache();
+        }
+    }
+
+    /// Remembers the finished audit of the session, on a job.
+    fn store_in_cache(&mut self) {
+        let (Some(cache), Some(s)) = (&self.cache, &self.session) else {
+            return;
+        };
+        let Some(entry) = cache.entry_of(&s.model) else {
+            return;
+        };
+        let (cache, path) = (cache.clone(), s.path.clone());
+        // Failures to write are not the user's problem: the cache is an optimisation.
+        if let Ok(job) = Job::once("cache-store", None, move |_| cache.store(&path, entry)) {
+            self.opening.stores.push(job);
+        }
+    }
+
+    fn stores_poll(&mut self) {
+        self.opening
+            .stores
+            .retain(|j| matches!(j.poll(), Poll::Empty));
+    }
+
+    /// Waits (up to `timeout`) until the running audit finishes, applying its
+    /// events; a background re-verify is not waited for. For tests and the
+    /// headless bench.
+    pub fn wait_for_audit(&mut self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            self.poll_chores();
+            self.drain_audit(Duration::from_millis(50));
+            if self.opening.audit.is_none() && self.opening.chores.is_empty() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
+    /// Waits (up to `timeout`) until the background re-verify has finished
+    /// and been applied. For tests.
+    pub fn wait_for_reverify(&mut self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            self.drain_reverify(Duration::from_millis(50));
+            if self.opening.reverify.is_none() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
+    /// Waits (up to `timeout`) until background writes (the cache, a saved
+    /// report) are done. For tests.
+    pub fn wait_for_writes(&mut self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            self.stores_poll();
+            self.poll_chores();
+            if self.opening.stores.is_empty() && self.opening.chores.is_empty() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
+    /// Waits (up to `timeout`) until the running spot check has finished
+    /// and its result is in. For tests.
+    pub fn wait_for_spot(&mut self, timeout: Duration) -> bool {
+        self.spot.wait(timeout)
+    }
+}
