@@ -74,7 +74,8 @@ pub(super) fn detail_ui(
     if let Some(stats) = s.model.stats.get(i).and_then(Option::as_ref) {
         ui.add_space(6.0);
         super::histograms::stats_ui(ui, &format!("t{i}"), stats);
-    } else if let Some(target) = t.alias_of.as_ref().and_then(|a| b.find(a))
+    } else if let Ok(target) = b.resolve_alias(i)
+        && target != i
         && let Some(stats) = s.model.stats.get(target).and_then(Option::as_ref)
     {
         ui.add_space(6.0);

@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use anyhow::{Result, anyhow, bail};
 use bundlescope::format::Bundle;
@@ -133,7 +132,7 @@ fn one(bundle: &Bundle, name: &str, opts: &Options) -> Result<Report> {
 
 fn all(bundle: &Bundle, opts: &Options) -> Result<Report, SpotError> {
     let bar = progress_bar("{spinner} spot check [{bar:30}] {pos}/{len} {msg}");
-    let never = AtomicBool::new(false);
+    let never = bundlescope::util::CancelToken::default();
     let report = spotcheck::run_all(
         bundle,
         opts,

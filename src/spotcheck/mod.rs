@@ -29,9 +29,9 @@ pub mod reference;
 pub mod repack;
 mod sampling;
 
+use crate::util::CancelToken;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -445,7 +445,7 @@ pub fn run_all(
     bundle: &Bundle,
     opts: &Options,
     mut progress: impl FnMut(Progress<'_>),
-    cancel: &AtomicBool,
+    cancel: &CancelToken,
 ) -> Result<Report, SpotError> {
     let start = Instant::now();
     check_options(opts)?;
@@ -457,7 +457,7 @@ pub fn run_all(
     let mut cancelled = false;
     for (done, p) in plan.iter().enumerate() {
         let name = &bundle.tensors[p.index].name;
-        if cancel.load(Ordering::Relaxed) {
+        if cancel.is_cancelled() {
             cancelled = true;
             break;
         }

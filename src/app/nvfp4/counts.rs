@@ -1,22 +1,19 @@
 //! Code and scale-byte counts, off the frame: one named worker with a
 //! bounded queue counts one (tensor, expert) at a time, so counts never
 //! compete for the disk; results are cached per (tensor, expert). The
-//! tensor's byte range is resolved and bounds-checked in [`request`], the
-//! one place that maps a tensor to its bytes (to be switched to the payload
-//! layer when it lands).
+//! bytes come from the payload layer (type-checked open, read-only map,
+//! bounds-checked tensor range); [`request`] only picks an expert's slice.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
 use crate::app::jobs::{Job, Poll, Worker};
-use crate::format::{Bundle, Layout};
+use crate::format::{Bundle, Layout, Payload};
 use crate::util::CancelToken;
 
-/// Bytes read per step of a count; the worker checks for cancellation between steps.
-const CHUNK: u64 = 4 << 20;
+/// Bytes counted per step; the worker checks for cancellation between steps.
+const CHUNK: usize = 4 << 20;
 /// Counts kept before the cache starts over (each is at most 2 KiB).
 const MAX_CACHED: usize = 4096;
 /// Orders waiting for the worker. The panel asks for at most two counts a
@@ -28,11 +25,12 @@ pub(super) type Key = (usize, Option<usize>);
 /// 16 E2M1 code counts for a weight, 256 byte counts for scales, or why not.
 pub(super) type Hist = Result<Vec<u64>, String>;
 
-/// What a count reads: one byte range of one file.
+/// What a count reads: bytes `lo..hi` of one tensor's range.
 struct Request {
-    path: PathBuf,
-    start: u64,
-    end: u64,
+    payload: Arc<Payload>,
+    tensor: usize,
+    lo: usize,
+    hi: usize,
     nibbles: bool,
 }
 
@@ -52,6 +50,8 @@ struct Queue {
 #[derive(Default)]
 pub(super) struct Counts {
     queue: Option<Queue>,
+    /// The open bundle's payload, mapped once and shared with the worker.
+    payload: Option<Arc<Payload>>,
     pending: HashMap<Key, CancelToken>,
     done: HashMap<Key, Hist>,
 }
@@ -73,10 +73,11 @@ impl Counts {
             c.cancel();
         }
         self.done.clear();
+        self.payload = None;
     }
 
     /// Collects finished counts, cancels unwanted ones, queues missing ones.
-    pub(super) fn want(&mut self, ctx: &egui::Context, b: &Bundle, wanted: &[Key]) {
+    pub(super) fn want(&mut self, ctx: &egui::Context, b: &Arc<Bundle>, wanted: &[Key]) {
         self.collect();
         self.pending.retain(|k, c| {
             let keep = wanted.contains(k);
@@ -92,7 +93,14 @@ impl Counts {
             if self.done.contains_key(&key) || self.pending.contains_key(&key) {
                 continue;
             }
-            let request = match request(b, key.0, key.1) {
+            let payload = match &self.payload {
+                Some(p) if std::ptr::eq(p.bundle(), &**b) => p.clone(),
+                _ => self
+                    .payload
+                    .insert(Arc::new(Payload::open(b.clone())))
+                    .clone(),
+            };
+            let request = match request(payload, key.0, key.1) {
                 Ok(r) => r,
                 Err(e) => {
                     self.done.insert(key, Err(e));
@@ -173,9 +181,10 @@ fn work(w: &Worker<(Key, Hist)>, orders: &Receiver<Order>) {
         }
     }
 }
-/// The bytes of tensor `i` (one expert's or all), from its validated layout.
-fn request(b: &Bundle, i: usize, expert: Option<usize>) -> Result<Request, String> {
-    let t = b.tensors.get(i).ok_or("no such tensor")?;
+/// The slice of tensor `i` to count (one expert's or all), from its
+/// validated layout.
+fn request(payload: Arc<Payload>, i: usize, expert: Option<usize>) -> Result<Request, String> {
+    let t = payload.bundle().tensor(i).map_err(|e| e.to_string())?;
     let (experts, per, nibbles) = match t.layout {
         Some(Layout::Fp4 {
             experts,
@@ -192,7 +201,9 @@ fn request(b: &Bundle, i: usize, expert: Option<usize>) -> Result<Request, Strin
     let (start, end) = t
         .range()
         .ok_or_else(|| format!("{} has no byte range", t.name))?;
-    let per = per.filter(|&p| experts.checked_mul(p) == Some(end - start));
+    let per = per
+        .filter(|&p| experts.checked_mul(p) == Some(end - start))
+        .and_then(|p| usize::try_from(p).ok());
     let Some(per) = per else {
         return Err(format!(
             "{}: its {} bytes disagree with its shape",
@@ -200,51 +211,36 @@ fn request(b: &Bundle, i: usize, expert: Option<usize>) -> Result<Request, Strin
             end - start
         ));
     };
-    let (start, end) = match expert {
-        None => (start, end),
-        Some(e) if (e as u64) < experts => (start + e as u64 * per, start + (e as u64 + 1) * per),
+    let whole = per.saturating_mul(experts as usize);
+    let (lo, hi) = match expert {
+        None => (0, whole),
+        Some(e) if (e as u64) < experts => (e * per, (e + 1) * per),
         Some(e) => return Err(format!("{} has no expert {e}", t.name)),
     };
-    let file = b
-        .files
-        .get(t.file)
-        .ok_or("the tensor's file is not in the bundle")?;
     Ok(Request {
-        path: file.path.clone(),
-        start,
-        end,
+        payload,
+        tensor: i,
+        lo,
+        hi,
         nibbles,
     })
 }
 
-/// Reads the range with a fixed-size buffer and counts bytes, or the two
-/// E2M1 nibbles of each byte.
+/// Counts the bytes of the request's slice, or the two E2M1 nibbles of each
+/// byte, a chunk at a time so a cancel is seen.
 fn count(r: &Request, cancel: &CancelToken) -> Hist {
-    let shown = r.path.display();
-    // Checked before opening: opening a FIFO would block until a writer came.
-    let meta = std::fs::metadata(&r.path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-    if !meta.is_file() || meta.len() < r.end {
-        return Err(format!(
-            "{shown} is {} bytes long; the tensor needs bytes {}..{}",
-            meta.len(),
-            r.start,
-            r.end
-        ));
-    }
-    let mut f = File::open(&r.path).map_err(|e| format!("cannot open {shown}: {e}"))?;
-    f.seek(SeekFrom::Start(r.start))
-        .map_err(|e| format!("cannot seek in {shown}: {e}"))?;
+    let bytes = r
+        .payload
+        .tensor_bytes(r.tensor)
+        .map_err(|e| e.to_string())?;
+    let slice = bytes
+        .get(r.lo..r.hi)
+        .ok_or_else(|| format!("bytes {}..{} are outside the tensor", r.lo, r.hi))?;
     let mut hist = [[0u64; 256]; 4];
-    let mut left = r.end - r.start;
-    let mut buf = vec![0u8; CHUNK.min(left) as usize];
-    while left > 0 {
+    for chunk in slice.chunks(CHUNK) {
         if cancel.is_cancelled() {
             return Err("cancelled".into());
         }
-        let n = CHUNK.min(left) as usize;
-        let chunk = &mut buf[..n];
-        f.read_exact(chunk)
-            .map_err(|e| format!("reading {shown}: {e}"))?;
         let mut quads = chunk.chunks_exact(4);
         for q in &mut quads {
             for (h, &b) in hist.iter_mut().zip(q) {
@@ -254,7 +250,6 @@ fn count(r: &Request, cancel: &CancelToken) -> Hist {
         for &b in quads.remainder() {
             hist[0][usize::from(b)] += 1;
         }
-        left -= n as u64;
     }
     let bytes: Vec<u64> = (0..256).map(|b| hist.iter().map(|h| h[b]).sum()).collect();
     if !r.nibbles {
@@ -274,7 +269,7 @@ mod tests {
     use crate::sample::nvfp4::{Nvfp4Options, write};
 
     /// Wants `keys` frame after frame until all are counted.
-    fn count_all(c: &mut Counts, ctx: &egui::Context, b: &Bundle, keys: &[Key]) {
+    fn count_all(c: &mut Counts, ctx: &egui::Context, b: &Arc<Bundle>, keys: &[Key]) {
         let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !keys.iter().all(|k| c.get(k).is_some()) {
             assert!(std::time::Instant::now() < end, "counts never finished");
@@ -288,7 +283,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("nv");
         write(&dir, &Nvfp4Options::default()).unwrap();
-        let b = crate::format::open(&dir).unwrap();
+        let b = Arc::new(crate::format::open(&dir).unwrap());
         let (w, experts) = b
             .tensors
             .iter()

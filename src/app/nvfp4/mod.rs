@@ -199,7 +199,7 @@ impl Nvfp4View {
     }
 
     /// Asks the counts worker for these counts (see [`counts::Counts::want`]).
-    fn want(&mut self, ctx: &egui::Context, b: &Bundle, wanted: &[counts::Key]) {
+    fn want(&mut self, ctx: &egui::Context, b: &Arc<Bundle>, wanted: &[counts::Key]) {
         self.counts.want(ctx, b, wanted);
     }
 }

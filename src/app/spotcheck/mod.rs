@@ -8,7 +8,6 @@ mod view;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use view::{central_ui, detail_section_ui, run_all_shortcut, run_shortcut, stream_line_ui};
 
@@ -173,19 +172,11 @@ impl SpotView {
     pub(super) fn run_all(&mut self, bundle: Arc<Bundle>, wake: Option<egui::Context>) {
         let opts = self.options(Some(DEFAULT_MAX_ROWS));
         self.spawn(JobKind::All, wake, move |w| {
-            // `run_all` polls a plain flag; the job's token is copied into it
-            // at every progress step, which is where `run_all` looks.
-            let stop = AtomicBool::new(false);
             let report = spotcheck::run_all(
                 &bundle,
                 &opts,
-                |p| {
-                    if w.cancelled() {
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    w.progress(p.done as u64, p.total as u64, Some(p.tensor));
-                },
-                &stop,
+                |p| w.progress(p.done as u64, p.total as u64, Some(p.tensor)),
+                w.token(),
             );
             Done::All(
                 report
@@ -252,17 +243,10 @@ impl SpotView {
     }
 }
 
-/// Does tensor `t` have a matmul to check?
+/// Does tensor `i` (or the tensor it aliases) have a matmul to check?
 pub fn checkable(b: &Bundle, i: usize) -> bool {
-    let Some(t) = b.tensors.get(i) else {
+    let Some(t) = b.resolve_alias(i).ok().and_then(|j| b.tensors.get(j)) else {
         return false;
-    };
-    let t = match &t.alias_of {
-        Some(a) => match b.find(a) {
-            Some(j) => &b.tensors[j],
-            None => return false,
-        },
-        None => t,
     };
     t.precision.packed().is_some() || t.precision == Precision::Nvfp4
 }

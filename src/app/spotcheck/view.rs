@@ -85,11 +85,7 @@ pub fn detail_section_ui(
     if let Some(e) = &spot.error {
         ui.label(RichText::new(e).color(ui.visuals().error_fg_color));
     }
-    let target = bundle.tensors[i]
-        .alias_of
-        .as_ref()
-        .and_then(|a| bundle.find(a))
-        .unwrap_or(i);
+    let target = bundle.resolve_alias(i).unwrap_or(i);
     let results = spot.results_of(i).or_else(|| spot.results_of(target));
     if let Some(results) = results {
         if let Some(r) = results.first() {
