@@ -50,7 +50,8 @@ pub fn halves_to_f32(bf16: bool, bytes: &[u8], out: &mut [f32]) {
         }
         let (o, bits) = (&mut o[..n], &bits[..n]);
         if bf16 {
-            bits.reinterpret_cast::<half::bf16>().convert_to_f32_slice(o);
+            bits.reinterpret_cast::<half::bf16>()
+                .convert_to_f32_slice(o);
         } else {
             bits.reinterpret_cast::<half::f16>().convert_to_f32_slice(o);
         }

@@ -160,18 +160,24 @@ fn all_equal(v: __m256i, zero: __m256i) -> bool {
     _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, zero)) == -1
 }
 
+/// Counts the groups of `units`, each loaded by `load` into a vector that
+/// equals `zero` for a zero group, and split by `nibbles` into the low and
+/// high nibbles holding its 64 codes.
+#[inline]
 #[target_feature(enable = "avx2")]
-fn count_q4(units: &[u8], zero_group: &[u8; 32]) -> Counted {
-    let m0f = _mm256_set1_epi8(0x0f);
-    let zero = load_q4(zero_group);
-    let mut fields = Fields::<4>::new();
+fn count_groups<const N: usize, const T: usize>(
+    units: &[u8],
+    zero: __m256i,
+    load: impl Fn(&[u8; N]) -> __m256i,
+    nibbles: impl Fn(__m256i) -> (__m256i, __m256i),
+) -> Counted {
+    let mut fields = Fields::<T>::new();
     let mut zero_groups = 0;
-    for block in units.as_chunks::<32>().0.chunks(BLOCK_GROUPS) {
+    for block in units.as_chunks::<N>().0.chunks(BLOCK_GROUPS) {
         for g in block {
-            let v = load_q4(g);
+            let v = load(g);
             zero_groups += u64::from(all_equal(v, zero));
-            let lo = _mm256_and_si256(v, m0f);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
+            let (lo, hi) = nibbles(v);
             fields.add(lo, hi);
         }
         fields.widen();
@@ -183,19 +189,33 @@ fn count_q4(units: &[u8], zero_group: &[u8; 32]) -> Counted {
 }
 
 #[target_feature(enable = "avx2")]
+fn count_q4(units: &[u8], zero_group: &[u8; 32]) -> Counted {
+    let m0f = _mm256_set1_epi8(0x0f);
+    count_groups::<32, 4>(
+        units,
+        load_q4(zero_group),
+        |g| load_q4(g),
+        |v| {
+            (
+                _mm256_and_si256(v, m0f),
+                _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f),
+            )
+        },
+    )
+}
+
+#[target_feature(enable = "avx2")]
 fn count_q3(units: &[u8], zero_group: &[u8; 32]) -> Counted {
     let m07 = _mm256_set1_epi8(0x07);
     let zero = load_q3(&std::array::from_fn(|i| zero_group[i]));
-    let mut fields = Fields::<2>::new();
-    let mut zero_groups = 0;
-    for block in units.as_chunks::<24>().0.chunks(BLOCK_GROUPS) {
-        for g in block {
-            let u = load_q3(g);
-            zero_groups += u64::from(all_equal(u, zero));
-            // Code k of a unit sits at bits 3k..3k + 3; split the 24 bits
-            // into 12-bit halves 16 bits apart, then those into 6-bit
-            // quarters 8 bits apart: every byte then holds two codes, at
-            // bits 0..3 and 3..6.
+    count_groups::<24, 2>(
+        units,
+        zero,
+        |g| load_q3(g),
+        |u| {
+            // Code k of a unit sits at bits 3k..3k + 3; split the 24 bits into
+            // 12-bit halves 16 bits apart, then those into 6-bit quarters 8 bits
+            // apart: every byte then holds two codes, at bits 0..3 and 3..6.
             let halves = _mm256_or_si256(
                 _mm256_and_si256(u, _mm256_set1_epi32(0x0000_0fff)),
                 _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x00ff_f000)), 4),
@@ -204,14 +224,10 @@ fn count_q3(units: &[u8], zero_group: &[u8; 32]) -> Counted {
                 _mm256_and_si256(halves, _mm256_set1_epi32(0x003f_003f)),
                 _mm256_slli_epi32(_mm256_and_si256(halves, _mm256_set1_epi32(0x0fc0_0fc0)), 2),
             );
-            let lo = _mm256_and_si256(quarters, m07);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(quarters, 3), m07);
-            fields.add(lo, hi);
-        }
-        fields.widen();
-    }
-    Counted {
-        counts: fields.counts(),
-        zero_groups,
-    }
+            (
+                _mm256_and_si256(quarters, m07),
+                _mm256_and_si256(_mm256_srli_epi16(quarters, 3), m07),
+            )
+        },
+    )
 }
