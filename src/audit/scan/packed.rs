@@ -27,7 +27,8 @@ struct PackedAcc {
     ctx: CodeCtx,
     codes_pos: u64,
     tally: CodeTally,
-    scale_hist: Vec<u32>,
+    /// Counts of each F16 pattern; an array, so a `u16` index needs no check.
+    scale_hist: Box<[u32; 1 << 16]>,
     scale_index: u64,
     /// Row and group within it of the next scale (a division per scale costs
     /// more than the rest of its work).
@@ -60,7 +61,7 @@ impl Packed {
                 ctx: CodeCtx::new(kind, start),
                 codes_pos: 0,
                 tally: CodeTally::new(),
-                scale_hist: vec![0; 1 << 16],
+                scale_hist: Box::new([0; 1 << 16]),
                 scale_index: 0,
                 scale_row: 0,
                 scale_in_row: 0,
@@ -128,7 +129,7 @@ impl Packed {
                 .maybe_offset(at),
             );
         }
-        let scales = stats::summarise_scales(&acc.scale_hist);
+        let scales = stats::summarise_scales(&acc.scale_hist[..]);
         if let Some((at, h)) = acc.first_bad_scale {
             let index = (at - acc.ctx.start - self.codes_bytes) / 2;
             findings.push(
@@ -269,7 +270,7 @@ impl PackedAcc {
             counts: self.tally.counts,
             zero_groups: self.tally.zero_groups,
             first_reserved: self.tally.first_reserved,
-            scale_hist: self.scale_hist.clone(),
+            scale_hist: self.scale_hist.to_vec(),
             row_max: self.row_max.clone(),
             first_bad_scale: self.first_bad_scale,
         }
