@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use super::{bf16_to_f32, f16_to_f32};
+use super::{f16_to_f32, halves_to_f32};
 use crate::format::{DenseDtype, PackedKind};
 
 /// Codes per scale group in every audio8 packed tensor.
@@ -243,16 +243,8 @@ pub fn dense_to_f32(dtype: DenseDtype, bytes: &[u8], out: &mut [f32]) -> Result<
 
 fn dense_chunk(dtype: DenseDtype, bytes: &[u8], out: &mut [f32]) {
     match dtype {
-        DenseDtype::Bf16 => {
-            for (v, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *v = bf16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-            }
-        }
-        DenseDtype::F16 => {
-            for (v, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                *v = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
-            }
-        }
+        DenseDtype::Bf16 => halves_to_f32(true, bytes, out),
+        DenseDtype::F16 => halves_to_f32(false, bytes, out),
         DenseDtype::F32 => {
             for (v, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
                 *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);

@@ -4,72 +4,58 @@ pub mod dequant;
 pub mod nvfp4;
 pub mod stats;
 
-/// IEEE half (little-endian bits) to f32, exactly.
+// The conversions are the `half` crate's (hardware F16C where the CPU has
+// it); these wrappers keep one bit-pattern-in, bit-pattern-out vocabulary for
+// the file formats, which store raw little-endian `u16`s.
+
+/// IEEE half (little-endian bits) to f32, exactly. NaNs stay NaN (quietened).
+#[inline]
 pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = u32::from(h >> 15) << 31;
-    let exp = u32::from((h >> 10) & 0x1f);
-    let man = u32::from(h & 0x3ff);
-    let bits = match exp {
-        0 if man == 0 => sign,
-        0 => {
-            // Subnormal: value = man * 2^-24; f32 represents it exactly.
-            let v = man as f32 * f32::from_bits(0x3380_0000); // 2^-24
-            return if sign != 0 { -v } else { v };
-        }
-        0x1f => sign | 0x7f80_0000 | (man << 13),
-        e => sign | ((e + 127 - 15) << 23) | (man << 13),
-    };
-    f32::from_bits(bits)
+    half::f16::from_bits(h).to_f32()
 }
 
-/// f32 to IEEE half bits, rounding to nearest even (overflow to infinity).
+/// f32 to IEEE half bits, rounding to nearest even (overflow to infinity,
+/// NaN to a NaN half).
+#[inline]
 pub fn f32_to_f16(v: f32) -> u16 {
-    let x = v.to_bits();
-    let sign = ((x >> 16) & 0x8000) as u16;
-    let exp = ((x >> 23) & 0xff) as i32;
-    let man = x & 0x7f_ffff;
-    if exp == 0xff {
-        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
-    }
-    let e = exp - 127 + 15;
-    if e >= 0x1f {
-        return sign | 0x7c00;
-    }
-    if e <= 0 {
-        if e < -10 {
-            return sign;
-        }
-        let m = man | 0x80_0000;
-        let shift = (14 - e) as u32;
-        let half = 1u32 << (shift - 1);
-        let rest = m & ((1 << shift) - 1);
-        let mut out = m >> shift;
-        if rest > half || (rest == half && out & 1 == 1) {
-            out += 1;
-        }
-        return sign | out as u16;
-    }
-    let mut out = ((e as u32) << 10) | (man >> 13);
-    let rest = man & 0x1fff;
-    if rest > 0x1000 || (rest == 0x1000 && out & 1 == 1) {
-        out += 1; // may carry into the exponent, which is the right rounding
-    }
-    sign | out as u16
+    half::f16::from_f32(v).to_bits()
 }
 
-/// bfloat16 bits to f32, exactly.
+/// bfloat16 bits to f32, exactly. NaNs stay NaN (quietened).
+#[inline]
 pub fn bf16_to_f32(h: u16) -> f32 {
-    f32::from_bits(u32::from(h) << 16)
+    half::bf16::from_bits(h).to_f32()
 }
 
-/// f32 to bfloat16 bits, rounding to nearest even.
+/// f32 to bfloat16 bits, rounding to nearest even; a NaN keeps its sign and
+/// top payload bits and is quietened (MLX's `astype` does the same).
+#[inline]
 pub fn f32_to_bf16(v: f32) -> u16 {
-    let x = v.to_bits();
-    if v.is_nan() {
-        return ((x >> 16) | 0x40) as u16;
+    half::bf16::from_f32(v).to_bits()
+}
+
+/// Converts little-endian 16-bit floats (`bytes`, two per value) to f32,
+/// `out.len()` of them, through `half`'s vectorised slice conversion.
+/// Extra bytes are ignored; missing ones leave the tail of `out` untouched.
+pub fn halves_to_f32(bf16: bool, bytes: &[u8], out: &mut [f32]) {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    // A stack buffer of native-endian bits: the file's bytes are neither
+    // aligned nor necessarily in the host's byte order.
+    const BLOCK: usize = 256;
+    let mut bits = [0u16; BLOCK];
+    for (o, b) in out.chunks_mut(BLOCK).zip(bytes.chunks(2 * BLOCK)) {
+        let n = o.len().min(b.len() / 2);
+        for (h, p) in bits.iter_mut().zip(b.chunks_exact(2)) {
+            *h = u16::from_le_bytes([p[0], p[1]]);
+        }
+        let (o, bits) = (&mut o[..n], &bits[..n]);
+        if bf16 {
+            bits.reinterpret_cast::<half::bf16>()
+                .convert_to_f32_slice(o);
+        } else {
+            bits.reinterpret_cast::<half::f16>().convert_to_f32_slice(o);
+        }
     }
-    let round = 0x7fff + ((x >> 16) & 1);
-    (x.wrapping_add(round) >> 16) as u16
 }
 
 /// Is this F16 scale finite and greater than zero?
@@ -161,15 +147,138 @@ pub struct ShortRow {
 mod tests {
     use super::*;
 
+    /// The hand-written conversions `half` replaced, kept as the oracle for
+    /// the rounding and NaN behaviour the checks and samples were built on.
+    mod old {
+        pub fn f16_to_f32(h: u16) -> f32 {
+            let sign = u32::from(h >> 15) << 31;
+            let exp = u32::from((h >> 10) & 0x1f);
+            let man = u32::from(h & 0x3ff);
+            let bits = match exp {
+                0 if man == 0 => sign,
+                0 => {
+                    let v = man as f32 * f32::from_bits(0x3380_0000); // 2^-24
+                    return if sign != 0 { -v } else { v };
+                }
+                0x1f => sign | 0x7f80_0000 | (man << 13),
+                e => sign | ((e + 127 - 15) << 23) | (man << 13),
+            };
+            f32::from_bits(bits)
+        }
+
+        pub fn f32_to_f16(v: f32) -> u16 {
+            let x = v.to_bits();
+            let sign = ((x >> 16) & 0x8000) as u16;
+            let exp = ((x >> 23) & 0xff) as i32;
+            let man = x & 0x7f_ffff;
+            if exp == 0xff {
+                return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
+            }
+            let e = exp - 127 + 15;
+            if e >= 0x1f {
+                return sign | 0x7c00;
+            }
+            if e <= 0 {
+                if e < -10 {
+                    return sign;
+                }
+                let m = man | 0x80_0000;
+                let shift = (14 - e) as u32;
+                let half = 1u32 << (shift - 1);
+                let rest = m & ((1 << shift) - 1);
+                let mut out = m >> shift;
+                if rest > half || (rest == half && out & 1 == 1) {
+                    out += 1;
+                }
+                return sign | out as u16;
+            }
+            let mut out = ((e as u32) << 10) | (man >> 13);
+            let rest = man & 0x1fff;
+            if rest > 0x1000 || (rest == 0x1000 && out & 1 == 1) {
+                out += 1;
+            }
+            sign | out as u16
+        }
+
+        pub fn f32_to_bf16(v: f32) -> u16 {
+            let x = v.to_bits();
+            if v.is_nan() {
+                return ((x >> 16) | 0x40) as u16;
+            }
+            let round = 0x7fff + ((x >> 16) & 1);
+            (x.wrapping_add(round) >> 16) as u16
+        }
+    }
+
+    /// Same value, or both NaN (NaN payloads are not something any check reads).
+    fn same(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
     #[test]
-    fn f16_round_trips_every_finite_half() {
+    fn every_16_bit_pattern_converts_as_half_and_the_old_code_did() {
         for h in 0..=u16::MAX {
             let v = f16_to_f32(h);
+            assert_eq!(v.to_bits(), half::f16::from_bits(h).to_f32().to_bits());
+            assert!(same(v, old::f16_to_f32(h)), "{h:#06x}");
+            assert_eq!(v.is_nan(), (h & 0x7fff) > 0x7c00, "{h:#06x}");
             if v.is_nan() {
                 assert!(f16_to_f32(f32_to_f16(v)).is_nan());
             } else {
                 assert_eq!(f32_to_f16(v), h, "{h:#06x} -> {v}");
             }
+            let b = bf16_to_f32(h);
+            assert_eq!(b.to_bits(), half::bf16::from_bits(h).to_f32().to_bits());
+            assert!(same(b, f32::from_bits(u32::from(h) << 16)), "{h:#06x}");
+            assert_eq!(f32_to_bf16(b), old::f32_to_bf16(b), "{h:#06x}");
+        }
+    }
+
+    #[test]
+    fn narrowing_rounds_to_nearest_even_as_before() {
+        // Every top half with the low bits that decide rounding for both
+        // targets: exact, just below, at and just above each halfway point.
+        let lows = [
+            0u32, 1, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x3000, 0x7fff, 0x8000, 0x8001,
+            0xafff, 0xb000, 0xb001, 0xffff,
+        ];
+        for top in 0..=u32::from(u16::MAX) {
+            for low in lows {
+                let v = f32::from_bits(top << 16 | low);
+                assert_eq!(f32_to_bf16(v), old::f32_to_bf16(v), "{:#010x}", v.to_bits());
+                assert_eq!(
+                    f32_to_bf16(v),
+                    half::bf16::from_f32(v).to_bits(),
+                    "{:#010x}",
+                    v.to_bits()
+                );
+                let (new, was) = (f32_to_f16(v), old::f32_to_f16(v));
+                if v.is_nan() {
+                    assert!(f16_to_f32(new).is_nan() && f16_to_f32(was).is_nan());
+                    assert_eq!(new & 0x8000, was & 0x8000, "NaN keeps its sign");
+                } else {
+                    assert_eq!(new, was, "{:#010x}", v.to_bits());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn slice_conversion_equals_the_scalar_one() {
+        let bytes: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
+        for bf16 in [false, true] {
+            // Lengths off the internal block size, and a short input.
+            for n in [0usize, 1, 255, 256, 257, 65536] {
+                let mut out = vec![7.5f32; n];
+                halves_to_f32(bf16, &bytes[..2 * n], &mut out);
+                for (h, &v) in (0u16..).zip(&out) {
+                    let want = if bf16 { bf16_to_f32(h) } else { f16_to_f32(h) };
+                    assert!(same(v, want), "{h:#06x}");
+                }
+            }
+            let mut out = [7.5f32; 4];
+            halves_to_f32(bf16, &bytes[..5], &mut out);
+            assert_eq!(out[2..], [7.5, 7.5]);
         }
     }
 

@@ -2,17 +2,22 @@
 //! the histograms of the single pass. A scanner sees its tensor's bytes in
 //! order, in pieces of any size, and carries partial units across pieces.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod dense;
+mod nvfp4;
+mod packed;
+#[cfg(test)]
+mod reference_tests;
 mod tally;
 
-use tally::*;
+use dense::Dense;
+use nvfp4::{E4m3Scan, GlobalScan};
+use packed::Packed;
 
-use rayon::prelude::*;
-
-use crate::decode::stats::{self, CodeCounts, Moments, Pattern16, Quality, TensorStats};
-use crate::decode::{self, bf16_to_f32, f16_to_f32};
+use crate::decode::stats::TensorStats;
 use crate::finding::Finding;
-use crate::finding::checks as c;
-use crate::format::{DenseDtype, Layout, PackedKind, TensorInfo};
+use crate::format::{Layout, TensorInfo};
 
 /// Partial-unit carry: hands whole units of `unit` bytes to a callback,
 /// keeping the tail of one piece until the next completes it.
@@ -88,233 +93,27 @@ enum Kind {
     Global(Box<GlobalScan>),
 }
 
-struct E4m3Scan {
-    per_expert_bytes: u64,
-    hists: Vec<[u64; 256]>,
-    first_nan: Option<u64>,
-}
-
-struct GlobalScan {
-    carry: Carry,
-    values: Vec<f32>,
-}
-
-struct Packed {
-    kind: PackedKind,
-    codes_bytes: u64,
-    groups_per_row: u64,
-    rows: u64,
-    codes: Carry,
-    scales: Carry,
-    acc: PackedAcc,
-}
-
-struct PackedAcc {
-    start: u64,
-    kind: PackedKind,
-    codes_pos: u64,
-    zero_group: Vec<u8>,
-    tally: CodeTally,
-    scale_hist: Vec<u32>,
-    scale_index: u64,
-    /// Row and group within it of the next scale (a division per scale costs
-    /// more than the rest of its work).
-    scale_row: usize,
-    scale_in_row: u64,
-    groups_per_row: u64,
-    row_max: Vec<u16>,
-    first_bad_scale: Option<(u64, u16)>,
-}
-
-struct Dense {
-    dtype: DenseDtype,
-    carry: Carry,
-    acc: DenseAcc,
-}
-
-struct DenseAcc {
-    start: u64,
-    dtype: DenseDtype,
-    pos: u64,
-    hist: Vec<u32>,
-    moments: Moments,
-    first_bad: Option<u64>,
-}
-
-impl PackedAcc {
-    fn codes(&mut self, units: &[u8]) {
-        let ctx = CodeCtx {
-            kind: self.kind,
-            start: self.start,
-            zero_group: &self.zero_group,
-        };
-        let threads = rayon::current_num_threads();
-        if threads > 1 && units.len() >= PARALLEL_MIN_BYTES {
-            // Pieces of whole groups, a few per thread so uneven cores even out.
-            let group = ctx.zero_group.len().max(1);
-            let piece = (units.len() / (threads * 4)).max(PARALLEL_MIN_BYTES / 4);
-            let piece = piece.div_ceil(group) * group;
-            let pos = self.codes_pos;
-            let tallies: Vec<CodeTally> = units
-                .par_chunks(piece)
-                .enumerate()
-                .map(|(i, part)| {
-                    let mut t = CodeTally::new(ctx.kind);
-                    t.run(&ctx, pos + (i * piece) as u64, part);
-                    t
-                })
-                .collect();
-            for t in tallies {
-                self.tally.merge(t);
-            }
-        } else {
-            self.tally.run(&ctx, self.codes_pos, units);
-        }
-        self.codes_pos += units.len() as u64;
-    }
-
-    fn scales(&mut self, units: &[u8], scales_start: u64) {
-        for s in units.chunks_exact(2) {
-            let h = u16::from_le_bytes([s[0], s[1]]);
-            self.scale_hist[usize::from(h)] += 1;
-            if decode::f16_is_positive_finite(h) {
-                if let Some(m) = self.row_max.get_mut(self.scale_row) {
-                    *m = (*m).max(h);
-                }
-            } else if self.first_bad_scale.is_none() {
-                self.first_bad_scale = Some((scales_start + self.scale_index * 2, h));
-            }
-            self.scale_index += 1;
-            self.scale_in_row += 1;
-            if self.scale_in_row == self.groups_per_row {
-                self.scale_in_row = 0;
-                self.scale_row += 1;
-            }
-        }
-    }
-
-    fn code_counts(&self) -> CodeCounts {
-        let mut counts = vec![0u64; 1 << self.kind.bits()];
-        let hist = self.tally.totals();
-        match self.kind {
-            PackedKind::Q4 => {
-                for (b, &n) in hist.iter().enumerate() {
-                    counts[b & 15] += n;
-                    counts[b >> 4] += n;
-                }
-            }
-            _ => {
-                for (p, &n) in hist.iter().enumerate() {
-                    if n > 0 {
-                        for k in 0..4 {
-                            counts[(p >> (3 * k)) & 7] += n;
-                        }
-                    }
-                }
-            }
-        }
-        CodeCounts {
-            bits: self.kind.bits(),
-            zero: self.kind.zero(),
-            max_code: self.kind.max_code(),
-            counts,
-        }
-    }
-}
-
-impl DenseAcc {
-    fn values(&mut self, units: &[u8]) {
-        match self.dtype {
-            DenseDtype::F16 | DenseDtype::Bf16 => {
-                let f16 = self.dtype == DenseDtype::F16;
-                for (i, s) in units.chunks_exact(2).enumerate() {
-                    let h = u16::from_le_bytes([s[0], s[1]]);
-                    self.hist[usize::from(h)] += 1;
-                    let v = if f16 { f16_to_f32(h) } else { bf16_to_f32(h) };
-                    if !v.is_finite() && self.first_bad.is_none() {
-                        self.first_bad = Some(self.start + self.pos + 2 * i as u64);
-                    }
-                    self.moments.push(v);
-                }
-            }
-            DenseDtype::F32 => {
-                for (i, s) in units.chunks_exact(4).enumerate() {
-                    let x = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
-                    self.hist[(x >> 16) as usize] += 1;
-                    let v = f32::from_bits(x);
-                    if !v.is_finite() && self.first_bad.is_none() {
-                        self.first_bad = Some(self.start + self.pos + 4 * i as u64);
-                    }
-                    self.moments.push(v);
-                }
-            }
-        }
-        self.pos += units.len() as u64;
-    }
-}
-
 impl Scanner {
     /// A scanner for tensor `index`, if its metadata passed and it has bytes.
     pub fn for_tensor(index: usize, t: &TensorInfo) -> Option<Self> {
         let layout = t.layout?;
         let (start, end) = t.range()?;
         let kind = match layout {
-            Layout::Dense { dtype, .. } => Kind::Dense(Box::new(Dense {
-                dtype,
-                carry: Carry::new(dtype.size() as usize),
-                acc: DenseAcc {
-                    start,
-                    dtype,
-                    pos: 0,
-                    hist: vec![0; 1 << 16],
-                    moments: Moments::default(),
-                    first_bad: None,
-                },
-            })),
-            Layout::Packed { kind, rows, cols } => {
-                let bits = kind.bits();
-                let group = (64 * bits / 8) as usize;
-                let mut zero_group = vec![0u8; group];
-                decode::pack_row(&[kind.zero() as u8; 64], bits, &mut zero_group);
-                Kind::Packed(Box::new(Packed {
-                    kind,
-                    codes_bytes: layout.codes_bytes(),
-                    groups_per_row: cols / 64,
-                    rows,
-                    codes: Carry::new(group),
-                    scales: Carry::new(2),
-                    acc: PackedAcc {
-                        start,
-                        kind,
-                        codes_pos: 0,
-                        zero_group,
-                        tally: CodeTally::new(kind),
-                        scale_hist: vec![0; 1 << 16],
-                        scale_index: 0,
-                        scale_row: 0,
-                        scale_in_row: 0,
-                        groups_per_row: cols / 64,
-                        // rows is bounded (<= 262144) by the metadata checks.
-                        row_max: vec![0; rows as usize],
-                        first_bad_scale: None,
-                    },
-                }))
-            }
+            Layout::Dense { dtype, .. } => Kind::Dense(Box::new(Dense::new(dtype, start))),
+            Layout::Packed { kind, rows, cols } => Kind::Packed(Box::new(Packed::new(
+                kind,
+                rows,
+                cols,
+                layout.codes_bytes(),
+                start,
+            ))),
             Layout::Fp4 { .. } => Kind::Codes,
             Layout::E4m3 {
                 experts,
                 rows,
                 groups,
-            } => Kind::E4m3(Box::new(E4m3Scan {
-                per_expert_bytes: (rows * groups).max(1),
-                // experts is bounded (<= 1024) by the metadata checks.
-                hists: vec![[0u64; 256]; experts as usize],
-                first_nan: None,
-            })),
-            Layout::GlobalScale { experts } => Kind::Global(Box::new(GlobalScan {
-                carry: Carry::new(4),
-                values: Vec::with_capacity(experts as usize),
-            })),
+            } => Kind::E4m3(Box::new(E4m3Scan::new(experts, rows * groups))),
+            Layout::GlobalScale { experts } => Kind::Global(Box::new(GlobalScan::new(experts))),
         };
         Some(Self {
             tensor: index,
@@ -338,250 +137,36 @@ impl Scanner {
             data = &data[..remaining as usize];
         }
         match &mut self.kind {
-            Kind::Dense(d) => {
-                let acc = &mut d.acc;
-                d.carry.feed(data, |u| acc.values(u));
-            }
+            Kind::Dense(d) => d.feed(data),
             Kind::Codes => {}
-            Kind::E4m3(e) => {
-                let mut pos = self.pos;
-                let mut rest = data;
-                while !rest.is_empty() {
-                    let expert = (pos / e.per_expert_bytes) as usize;
-                    let left = e.per_expert_bytes - pos % e.per_expert_bytes;
-                    let n = (left as usize).min(rest.len());
-                    let Some(h) = e.hists.get_mut(expert) else {
-                        break;
-                    };
-                    byte_hist(&rest[..n], h);
-                    if e.first_nan.is_none() && h[0x7f] + h[0xff] > 0 {
-                        e.first_nan = rest[..n]
-                            .iter()
-                            .position(|&b| b & 0x7f == 0x7f)
-                            .map(|k| self.start + pos + k as u64);
-                    }
-                    pos += n as u64;
-                    rest = &rest[n..];
-                }
-            }
-            Kind::Global(g) => {
-                let values = &mut g.values;
-                g.carry.feed(data, |u| {
-                    values.extend(
-                        u.chunks_exact(4)
-                            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]])),
-                    );
-                });
-            }
-            Kind::Packed(p) => {
-                let mut rest = data;
-                if self.pos < p.codes_bytes {
-                    let n = ((p.codes_bytes - self.pos) as usize).min(rest.len());
-                    let acc = &mut p.acc;
-                    p.codes.feed(&rest[..n], |u| acc.codes(u));
-                    rest = &rest[n..];
-                }
-                if !rest.is_empty() {
-                    let scales_start = self.start + p.codes_bytes;
-                    let acc = &mut p.acc;
-                    p.scales.feed(rest, |u| acc.scales(u, scales_start));
-                }
-            }
+            Kind::E4m3(e) => e.feed(self.start, self.pos, data),
+            Kind::Global(g) => g.feed(data),
+            Kind::Packed(p) => p.feed(self.pos, data),
         }
         self.pos += data.len() as u64;
     }
 
     /// Findings and statistics, once every byte has been fed.
     pub fn finish(self) -> ScanOutcome {
-        let name = self.name;
+        let name = &self.name;
         let mut findings = Vec::new();
         let stats = match self.kind {
             Kind::Codes => TensorStats::default(),
-            Kind::E4m3(e) => {
-                let e4 = stats::E4m3Stats::from_hists(&e.hists);
-                if e4.nan > 0 {
-                    let at = e.first_nan.unwrap_or(self.start);
-                    let index = at - self.start;
-                    findings.push(
-                        Finding::error(
-                            c::E4M3_SCALES,
-                            format!(
-                                "{} E4M3 scale bytes are NaN (0x7F/0xFF); the first is in expert {}, byte {} of its scales",
-                                e4.nan,
-                                index / e.per_expert_bytes,
-                                index % e.per_expert_bytes
-                            ),
-                        )
-                        .tensor(&name)
-                        .offset(at),
-                    );
-                }
-                TensorStats {
-                    e4m3: Some(e4),
-                    ..Default::default()
-                }
-            }
-            Kind::Global(g) => {
-                let bad: Vec<(usize, f32)> = g
-                    .values
-                    .iter()
-                    .copied()
-                    .enumerate()
-                    .filter(|(_, v)| !(v.is_finite() && *v > 0.0))
-                    .collect();
-                if let Some(&(i, v)) = bad.first() {
-                    findings.push(
-                        Finding::error(
-                            c::GLOBAL_SCALE,
-                            format!(
-                                "{} of {} global scales are not finite and > 0; expert {i}'s is {v}",
-                                bad.len(),
-                                g.values.len()
-                            ),
-                        )
-                        .tensor(&name)
-                        .offset(self.start + 4 * i as u64),
-                    );
-                }
-                TensorStats {
-                    global_scales: Some(g.values.iter().map(|&v| f64::from(v)).collect()),
-                    ..Default::default()
-                }
-            }
-            Kind::Dense(d) => {
-                let acc = d.acc;
-                if let Some(at) = acc.first_bad {
-                    let index = (at - acc.start) / d.dtype.size();
-                    findings.push(
-                        Finding::error(
-                            c::DENSE_FINITE,
-                            format!(
-                                "{} of {} {} values are NaN or infinite; the first is element {index}",
-                                acc.moments.nonfinite,
-                                acc.moments.count,
-                                d.dtype.as_str()
-                            ),
-                        )
-                        .tensor(&name)
-                        .offset(at),
-                    );
-                }
-                let pattern = match d.dtype {
-                    DenseDtype::F16 => Pattern16::F16,
-                    _ => Pattern16::Bf16,
-                };
-                TensorStats {
-                    values: Some(stats::summarise_values(&acc.hist, pattern, &acc.moments)),
-                    ..Default::default()
-                }
-            }
-            Kind::Packed(p) => {
-                let acc = &p.acc;
-                let codes = acc.code_counts();
-                let reserved = codes.reserved();
-                if reserved > 0 {
-                    let at = acc.tally.first_reserved.map(|(at, _)| at);
-                    let cols = p.groups_per_row * 64;
-                    let place = acc
-                        .tally
-                        .first_reserved
-                        .map_or(String::new(), |(_, index)| {
-                            format!(
-                                "; the first is row {}, column {}",
-                                index / cols,
-                                index % cols
-                            )
-                        });
-                    findings.push(
-                        Finding::error(
-                            c::PACKED_RESERVED_CODE,
-                            format!(
-                                "{reserved} stored codes exceed the maximum code {} of {}{place}",
-                                p.kind.max_code(),
-                                p.kind.precision().as_str()
-                            ),
-                        )
-                        .tensor(&name)
-                        .field("codes")
-                        .maybe_offset(at),
-                    );
-                }
-                let scales = stats::summarise_scales(&acc.scale_hist);
-                if let Some((at, h)) = acc.first_bad_scale {
-                    let index = (at - acc.start - p.codes_bytes) / 2;
-                    findings.push(
-                        Finding::error(
-                            c::PACKED_SCALES,
-                            format!(
-                                "{} of {} scales are not finite and > 0; the first, row {} group {}, is {}",
-                                scales.invalid,
-                                scales.count,
-                                index / p.groups_per_row,
-                                index % p.groups_per_row,
-                                f16_to_f32(h)
-                            ),
-                        )
-                        .tensor(&name)
-                        .field("scales")
-                        .offset(at),
-                    );
-                }
-                let limit = scales.median * 8.0;
-                let outlier_rows = acc
-                    .row_max
-                    .iter()
-                    .filter(|&&h| h != 0 && f64::from(f16_to_f32(h)) > limit)
-                    .count() as u64;
-                let mut quality = Quality {
-                    entropy_bits: codes.entropy_bits(),
-                    clipping_share: codes.clipping_share(),
-                    unused_levels: codes.unused_levels(),
-                    zero_groups: acc.tally.zero_groups,
-                    groups: p.rows * p.groups_per_row,
-                    scale_dynamic_range: scales.max / scales.min,
-                    outlier_rows,
-                    reserved_codes: reserved,
-                    suspicion: 0.0,
-                };
-                quality.suspicion = stats::suspicion(&quality, p.kind.bits());
-                TensorStats {
-                    codes: Some(codes),
-                    scales: Some(scales),
-                    values: None,
-                    quality: Some(quality),
-                    ..Default::default()
-                }
-            }
+            Kind::E4m3(e) => e.finish(name, self.start, &mut findings),
+            Kind::Global(g) => g.finish(name, self.start, &mut findings),
+            Kind::Dense(d) => d.finish(name, &mut findings),
+            Kind::Packed(p) => p.finish(name, &mut findings),
         };
         ScanOutcome { findings, stats }
     }
 }
 
-/// Adds `data`'s bytes to a 256-bin histogram (four interleaved tables, so
-/// runs of equal bytes do not serialise on one counter).
-fn byte_hist(data: &[u8], h: &mut [u64; 256]) {
-    let mut t = [[0u32; 256]; 4];
-    for block in data.chunks(1 << 30) {
-        let mut quads = block.chunks_exact(4);
-        for q in &mut quads {
-            t[0][usize::from(q[0])] += 1;
-            t[1][usize::from(q[1])] += 1;
-            t[2][usize::from(q[2])] += 1;
-            t[3][usize::from(q[3])] += 1;
-        }
-        for &b in quads.remainder() {
-            t[0][usize::from(b)] += 1;
-        }
-        for (b, slot) in h.iter_mut().enumerate() {
-            *slot += u64::from(t[0][b] + t[1][b] + t[2][b] + t[3][b]);
-        }
-        t = [[0u32; 256]; 4];
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::tally::{has_code_7, has_nibble_15};
     use super::*;
+    use crate::decode;
+    use crate::format::PackedKind;
 
     /// A packed tensor big enough for the parallel path, with zero groups,
     /// reserved codes in two different pieces and a bad scale.

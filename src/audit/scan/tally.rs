@@ -1,13 +1,174 @@
-//! The code tally of packed tensors: per-byte (q4) or per-12-bit (q3)
-//! histograms in interleaved u32 tables, reserved-code detection, and the
-//! split of large pieces over rayon with results identical to a sequential scan.
+//! The code tally of packed tensors: how often each code occurs, how many
+//! groups hold only the zero level, and where the first reserved code is.
+//! AVX2 kernels count where the CPU has them (see `avx2.rs`), a portable
+//! table-driven kernel elsewhere; both give exactly the same tally, and runs
+//! tallied apart (on different threads) and merged in order give exactly
+//! what one sequential tally of the same bytes gives.
 
 use crate::decode;
 use crate::format::PackedKind;
 
-pub(super) const LO_NIBBLES: u64 = 0x0f0f_0f0f_0f0f_0f0f;
-pub(super) const ONES: u64 = 0x0101_0101_0101_0101;
-pub(super) const BIT4: u64 = 0x1010_1010_1010_1010;
+const LO_NIBBLES: u64 = 0x0f0f_0f0f_0f0f_0f0f;
+const ONES: u64 = 0x0101_0101_0101_0101;
+const BIT4: u64 = 0x1010_1010_1010_1010;
+
+/// Code bytes fed at once above which a scanner splits them over rayon's
+/// threads: below it the split costs more than it saves.
+pub(super) const PARALLEL_MIN_BYTES: usize = 2 << 20;
+
+/// Bytes the portable kernel counts into its u32 tables before adding them
+/// to the u64 totals, so no cell can overflow. A multiple of both group sizes.
+const TABLE_BYTES: usize = 3 << 28;
+
+/// Bytes of one group of 64 codes: 32 for 4-bit codes, 24 for 3-bit ones.
+pub(super) fn group_bytes(kind: PackedKind) -> usize {
+    64 * kind.bits() as usize / 8
+}
+
+/// What a scanner needs to know to tally a run of code groups.
+pub(super) struct CodeCtx {
+    pub(super) kind: PackedKind,
+    /// Absolute offset of the tensor's first byte.
+    pub(super) start: u64,
+    /// The packed bytes of a group whose 64 codes are all the zero level
+    /// (its first [`group_bytes`] bytes; the rest are zero).
+    pub(super) zero_group: [u8; 32],
+}
+
+impl CodeCtx {
+    pub(super) fn new(kind: PackedKind, start: u64) -> Self {
+        let mut zero_group = [0u8; 32];
+        let n = group_bytes(kind);
+        decode::pack_row(&[kind.zero() as u8; 64], kind.bits(), &mut zero_group[..n]);
+        Self {
+            kind,
+            start,
+            zero_group,
+        }
+    }
+}
+
+/// What one kernel call counted.
+pub(super) struct Counted {
+    /// Occurrences of each code (only the first `1 << bits` can be non-zero).
+    pub(super) counts: [u64; 16],
+    /// Groups whose 64 codes are all the zero level.
+    pub(super) zero_groups: u64,
+}
+
+/// The code statistics of a run of whole groups.
+pub(super) struct CodeTally {
+    /// Occurrences of each code (only the first `1 << bits` can be non-zero).
+    pub(super) counts: [u64; 16],
+    pub(super) zero_groups: u64,
+    /// Absolute byte offset and tensor-relative code index of the first reserved code.
+    pub(super) first_reserved: Option<(u64, u64)>,
+}
+
+impl CodeTally {
+    pub(super) fn new() -> Self {
+        Self {
+            counts: [0; 16],
+            zero_groups: 0,
+            first_reserved: None,
+        }
+    }
+
+    /// Tallies `units` (whole groups) that start `pos` bytes into the codes.
+    pub(super) fn run(&mut self, ctx: &CodeCtx, pos: u64, units: &[u8]) {
+        let counted = count(ctx, units);
+        for (total, n) in self.counts.iter_mut().zip(counted.counts) {
+            *total += n;
+        }
+        self.zero_groups += counted.zero_groups;
+        let first_reserved = usize::from(ctx.kind.max_code()) + 1;
+        let reserved: u64 = counted.counts.iter().skip(first_reserved).sum();
+        // Only the first reserved code is located, so the slow search runs
+        // at most once per run, and only over a run known to hold one.
+        if reserved > 0 && self.first_reserved.is_none() {
+            self.first_reserved = locate_first_reserved(ctx, pos, units);
+        }
+    }
+
+    /// Adds a later run's tally to this one.
+    pub(super) fn merge(&mut self, later: CodeTally) {
+        for (a, b) in self.counts.iter_mut().zip(later.counts) {
+            *a += b;
+        }
+        self.zero_groups += later.zero_groups;
+        self.first_reserved = self.first_reserved.or(later.first_reserved);
+    }
+}
+
+/// Counts codes and zero groups of `units` (whole groups) with the fastest
+/// kernel this CPU runs.
+pub(super) fn count(ctx: &CodeCtx, units: &[u8]) -> Counted {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(counted) = super::avx2::count(ctx.kind, units, &ctx.zero_group) {
+        return counted;
+    }
+    count_portable(ctx, units)
+}
+
+/// The kernel for CPUs without AVX2: per-byte (4-bit) or per-12-bit (3-bit)
+/// histograms in interleaved u32 tables, which break the store-to-load chain
+/// a single table suffers when one pattern repeats (the zero level, above
+/// all), then folded into code counts.
+pub(super) fn count_portable(ctx: &CodeCtx, units: &[u8]) -> Counted {
+    let mut out = Counted {
+        counts: [0; 16],
+        zero_groups: 0,
+    };
+    for part in units.chunks(TABLE_BYTES) {
+        match ctx.kind {
+            PackedKind::Q4 => portable_q4(ctx, part, &mut out),
+            PackedKind::Q3 | PackedKind::Q3Full8 => portable_q3(ctx, part, &mut out),
+        }
+    }
+    out
+}
+
+fn portable_q4(ctx: &CodeCtx, units: &[u8], out: &mut Counted) {
+    let mut t = [[0u32; 256]; 4];
+    let zero = ctx.zero_group;
+    for g in units.as_chunks::<32>().0 {
+        for w in g.as_chunks::<4>().0 {
+            t[0][usize::from(w[0])] += 1;
+            t[1][usize::from(w[1])] += 1;
+            t[2][usize::from(w[2])] += 1;
+            t[3][usize::from(w[3])] += 1;
+        }
+        out.zero_groups += u64::from(*g == zero);
+    }
+    for table in &t {
+        for (b, &n) in table.iter().enumerate() {
+            out.counts[b & 15] += u64::from(n);
+            out.counts[b >> 4] += u64::from(n);
+        }
+    }
+}
+
+fn portable_q3(ctx: &CodeCtx, units: &[u8], out: &mut Counted) {
+    let mut t = [[0u32; 4096]; 2];
+    let zero: [u8; 24] = std::array::from_fn(|i| ctx.zero_group[i]);
+    for g in units.as_chunks::<24>().0 {
+        for u in g.as_chunks::<3>().0 {
+            let w = u32::from(u[0]) | u32::from(u[1]) << 8 | u32::from(u[2]) << 16;
+            t[0][(w & 0xfff) as usize] += 1;
+            t[1][(w >> 12) as usize] += 1;
+        }
+        out.zero_groups += u64::from(*g == zero);
+    }
+    for table in &t {
+        for (p, &n) in table.iter().enumerate() {
+            if n > 0 {
+                for k in 0..4 {
+                    out.counts[(p >> (3 * k)) & 7] += u64::from(n);
+                }
+            }
+        }
+    }
+}
 
 /// Does this slice (of whole 8-byte words, plus a tail) hold a 4-bit code 15?
 #[inline]
@@ -33,164 +194,29 @@ pub(super) fn has_code_7(w: u32) -> bool {
     w & (w >> 1) & (w >> 2) & 0x0024_9249 != 0
 }
 
-/// Code bytes fed at once above which a scanner splits them over rayon's
-/// threads: below it the split costs more than it saves.
-pub(super) const PARALLEL_MIN_BYTES: usize = 2 << 20;
-
-/// Bytes one tally takes between emptying its u32 sub-tables into u64
-/// totals, so no sub-table count can overflow. A multiple of both group sizes.
-pub(super) const FLUSH_BYTES: u64 = 3 << 28;
-
-/// What a scanner needs to know to tally a run of code groups.
-pub(super) struct CodeCtx<'a> {
-    pub(super) kind: PackedKind,
-    /// Absolute offset of the tensor's first byte.
-    pub(super) start: u64,
-    /// The bytes of a group whose 64 codes are all the zero level.
-    pub(super) zero_group: &'a [u8],
-}
-
-/// Counting tables. Several interleaved tables break the store-to-load
-/// chain a single table suffers when one pattern repeats (the zero level,
-/// above all); u32 cells keep them small enough for L1.
-pub(super) enum Sub {
-    /// Four tables of byte values (two 4-bit codes each).
-    Q4(Box<[[u32; 256]; 4]>),
-    /// Two tables of 12-bit halves of 3-byte units (four 3-bit codes each).
-    Q3(Box<[[u32; 4096]; 2]>),
-}
-
-/// The code statistics of a run of whole groups. Runs tallied apart (on
-/// different threads) and merged in order give exactly what one sequential
-/// tally of the same bytes gives.
-pub(super) struct CodeTally {
-    pub(super) sub: Sub,
-    /// Bytes counted into `sub` since it was last emptied into `hist`.
-    pub(super) pending: u64,
-    /// q4: counts of byte values; q3: counts of 12-bit halves.
-    pub(super) hist: Vec<u64>,
-    pub(super) zero_groups: u64,
-    /// Absolute byte offset and tensor-relative code index of the first reserved code.
-    pub(super) first_reserved: Option<(u64, u64)>,
-}
-
-impl CodeTally {
-    pub(super) fn new(kind: PackedKind) -> Self {
-        let (sub, cells) = match kind {
-            PackedKind::Q4 => (Sub::Q4(Box::new([[0; 256]; 4])), 256),
-            PackedKind::Q3 | PackedKind::Q3Full8 => (Sub::Q3(Box::new([[0; 4096]; 2])), 4096),
+/// Byte offset and code index of the first reserved code in `units` (whole
+/// groups starting `pos` bytes into the codes), if any.
+fn locate_first_reserved(ctx: &CodeCtx, pos: u64, units: &[u8]) -> Option<(u64, u64)> {
+    let size = group_bytes(ctx.kind);
+    units.chunks_exact(size).enumerate().find_map(|(i, g)| {
+        let suspect = match ctx.kind {
+            PackedKind::Q4 => has_nibble_15(g),
+            PackedKind::Q3 => g.as_chunks::<3>().0.iter().any(|u| {
+                has_code_7(u32::from(u[0]) | u32::from(u[1]) << 8 | u32::from(u[2]) << 16)
+            }),
+            PackedKind::Q3Full8 => false,
         };
-        Self {
-            sub,
-            pending: 0,
-            hist: vec![0; cells],
-            zero_groups: 0,
-            first_reserved: None,
+        if suspect {
+            locate_reserved(ctx, pos + (i * size) as u64, g)
+        } else {
+            None
         }
-    }
-
-    /// Tallies `units` (whole groups) that start `pos` bytes into the codes.
-    pub(super) fn run(&mut self, ctx: &CodeCtx, mut pos: u64, units: &[u8]) {
-        for part in units.chunks(FLUSH_BYTES as usize) {
-            if self.pending + part.len() as u64 > u64::from(u32::MAX) {
-                self.flush();
-            }
-            match ctx.kind {
-                PackedKind::Q4 => self.q4(ctx, pos, part),
-                PackedKind::Q3 | PackedKind::Q3Full8 => self.q3(ctx, pos, part),
-            }
-            self.pending += part.len() as u64;
-            pos += part.len() as u64;
-        }
-    }
-
-    pub(super) fn q4(&mut self, ctx: &CodeCtx, pos: u64, units: &[u8]) {
-        let Sub::Q4(t) = &mut self.sub else { return };
-        let (groups, _) = units.as_chunks::<32>();
-        for (i, g) in groups.iter().enumerate() {
-            for w in g.as_chunks::<8>().0 {
-                let x = u64::from_le_bytes(*w);
-                for k in 0..8 {
-                    t[k & 3][((x >> (8 * k)) & 0xff) as usize] += 1;
-                }
-            }
-            if self.first_reserved.is_none() && has_nibble_15(g) {
-                self.first_reserved = locate_reserved(ctx, pos + 32 * i as u64, g);
-            }
-            if g.as_slice() == ctx.zero_group {
-                self.zero_groups += 1;
-            }
-        }
-    }
-
-    pub(super) fn q3(&mut self, ctx: &CodeCtx, pos: u64, units: &[u8]) {
-        let Sub::Q3(t) = &mut self.sub else { return };
-        let (groups, _) = units.as_chunks::<24>();
-        for (i, g) in groups.iter().enumerate() {
-            let mut bad = false;
-            for u in g.as_chunks::<3>().0 {
-                let w = u32::from(u[0]) | u32::from(u[1]) << 8 | u32::from(u[2]) << 16;
-                t[0][(w & 0xfff) as usize] += 1;
-                t[1][(w >> 12) as usize] += 1;
-                bad |= has_code_7(w);
-            }
-            if bad && ctx.kind == PackedKind::Q3 && self.first_reserved.is_none() {
-                self.first_reserved = locate_reserved(ctx, pos + 24 * i as u64, g);
-            }
-            if g.as_slice() == ctx.zero_group {
-                self.zero_groups += 1;
-            }
-        }
-    }
-
-    /// Empties the sub-tables into the u64 totals.
-    pub(super) fn flush(&mut self) {
-        match &mut self.sub {
-            Sub::Q4(t) => drain(&mut self.hist, t.as_mut_slice()),
-            Sub::Q3(t) => drain(&mut self.hist, t.as_mut_slice()),
-        }
-        self.pending = 0;
-    }
-
-    /// Adds a later run's tally to this one.
-    pub(super) fn merge(&mut self, mut later: CodeTally) {
-        later.flush();
-        for (a, b) in self.hist.iter_mut().zip(&later.hist) {
-            *a += b;
-        }
-        self.zero_groups += later.zero_groups;
-        self.first_reserved = self.first_reserved.or(later.first_reserved);
-    }
-
-    /// The totals, sub-tables included, without emptying them.
-    pub(super) fn totals(&self) -> Vec<u64> {
-        let mut out = self.hist.clone();
-        match &self.sub {
-            Sub::Q4(t) => add_tables(&mut out, t.as_slice()),
-            Sub::Q3(t) => add_tables(&mut out, t.as_slice()),
-        }
-        out
-    }
-}
-
-pub(super) fn add_tables<const N: usize>(out: &mut [u64], tables: &[[u32; N]]) {
-    for table in tables {
-        for (o, &n) in out.iter_mut().zip(table) {
-            *o += u64::from(n);
-        }
-    }
-}
-
-pub(super) fn drain<const N: usize>(out: &mut [u64], tables: &mut [[u32; N]]) {
-    add_tables(out, tables);
-    for table in tables {
-        table.fill(0);
-    }
+    })
 }
 
 /// Byte offset and code index of the first reserved code in group `g`,
 /// which starts `pos` bytes into the codes.
-pub(super) fn locate_reserved(ctx: &CodeCtx, pos: u64, g: &[u8]) -> Option<(u64, u64)> {
+fn locate_reserved(ctx: &CodeCtx, pos: u64, g: &[u8]) -> Option<(u64, u64)> {
     let bits = ctx.kind.bits();
     let max = ctx.kind.max_code();
     (0..64).find_map(|j| {
