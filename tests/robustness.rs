@@ -363,3 +363,64 @@ fn manifest_path_opens_its_folder_and_unknown_formats_are_named() {
         "{r:#}"
     );
 }
+
+/// A mistyped subcommand must not be taken for a folder (which would open a
+/// window on nothing): exit 2 with clap's suggestion. The test machine has
+/// no display, so a window attempt would show as a display error (or hang
+/// into the runner's guard) instead of this message.
+#[test]
+fn mistyped_subcommand_is_named_with_a_suggestion() {
+    let b = TestBundle::v2();
+    for args in [vec!["audti", b.dir.to_str().unwrap()], vec!["audti"]] {
+        let run = cli(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("no such subcommand or folder: 'audti'"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("did you mean 'audit'?"),
+            "{}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("window"), "{}", run.stderr);
+        assert!(run.stdout.is_empty(), "{}", run.stdout);
+    }
+}
+
+/// A path that does not exist is refused before any window opens, and the
+/// message names it.
+#[test]
+fn opening_a_missing_path_fails_before_a_window() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-bundle");
+    let run = cli(&[missing.to_str().unwrap()]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "cannot open {}: no such file or folder",
+            missing.display()
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("window"), "{}", run.stderr);
+}
+
+/// `completions SHELL` prints a script made from the real command tree.
+#[test]
+fn completion_scripts_cover_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let run = cli(&["completions", shell]);
+        assert_eq!(run.code, 0, "{shell}: {}", run.stderr);
+        for sub in ["audit", "spotcheck", "completions"] {
+            assert!(run.stdout.contains(sub), "{shell} script lacks {sub}");
+        }
+    }
+    let bash = cli(&["completions", "bash"]).stdout;
+    assert!(bash.contains("complete -F"), "not a bash completion script");
+    let bad = cli(&["completions", "tcsh"]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("possible values"), "{}", bad.stderr);
+}
