@@ -94,7 +94,6 @@ pub fn run(a: Args) -> Result<i32> {
             0 => usize::MAX,
             n => n,
         },
-        ..Options::default()
     };
     let mut report = match &a.tensor {
         Some(name) => one(&bundle, name, &opts)?,
