@@ -42,6 +42,13 @@ fn set_scale(b: &TestBundle, bits: u16) {
 pub fn cases() -> Vec<Case> {
     vec![
         Case {
+            check: "manifest.parse",
+            also: &[],
+            tensor: None,
+            // Cut mid-value, as an interrupted write leaves it.
+            make: |b| fs::write(b.dir.join("manifest.json"), "{\"format\": \"audio8-").unwrap(),
+        },
+        Case {
             check: "manifest.field",
             also: &[],
             tensor: None,
@@ -360,6 +367,7 @@ macro_rules! check_tests {
 }
 
 check_tests! {
+    manifest_parse => "manifest.parse",
     manifest_field => "manifest.field",
     manifest_group_size => "manifest.group_size",
     manifest_tie_word_embeddings => "manifest.tie_word_embeddings",
@@ -516,10 +524,20 @@ fn every_nvfp4_corruption_is_caught() {
 /// file (or a named reason why it is tested elsewhere).
 #[test]
 fn every_registered_check_has_a_case() {
-    let elsewhere: &[(&str, &str)] = &[(
-        "bundle.changed",
-        "needs a change while the audit runs: tests/engine.rs",
-    )];
+    let elsewhere: &[(&str, &str)] = &[
+        (
+            "bundle.changed",
+            "needs a change while the audit runs: tests/engine.rs",
+        ),
+        (
+            "bundle.open",
+            "no bundle to corrupt, exit 2: tests/robustness.rs (empty_folder_is_not_a_bundle and others)",
+        ),
+        (
+            "bundle.unsupported",
+            "a recognised, unsupported format, exit 2: tests/robustness.rs (unsupported_formats_get_an_unsupported_report)",
+        ),
+    ];
     let covered: Vec<&str> = cases()
         .iter()
         .map(|c| c.check)

@@ -302,3 +302,37 @@ fn open_errors_say_their_cause_once() {
         assert_eq!(cause, 1, "{sub}: {} ({os})", run.stderr);
     }
 }
+
+/// A manifest.json that does not parse opens as a bundle (what the GUI
+/// shows as invalid), not as an open failure: the events are Opened, the
+/// one `manifest.parse` finding, and a finished, invalid outcome, with no
+/// bundle.changed from a manifest hash left unset.
+#[test]
+fn a_broken_manifest_is_an_invalid_bundle_not_an_open_failure() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("manifest.json"),
+        "{\"format\": \"audio8-mixed-bundle-v2\",\n",
+    )
+    .unwrap();
+    let events = run_collect(
+        tmp.path(),
+        &Options::default(),
+        &CancelToken::default(),
+        |_| {},
+    );
+    let Some(Event::Opened(bundle)) = events.first() else {
+        panic!("not opened: {events:?}");
+    };
+    assert!(bundle.tensors.is_empty() && bundle.files.is_empty());
+    assert_eq!(bundle.format.name(), "unknown");
+    assert!(
+        matches!(events.last(), Some(Event::Finished(Ok(o))) if !o.valid && o.errors == 1),
+        "{events:?}"
+    );
+    let r = report_of(&events, tmp.path());
+    assert_eq!(r["verdict"], "invalid");
+    assert_eq!(error_checks(&r), ["manifest.parse"]);
+    let message = r["findings"][0]["message"].as_str().unwrap();
+    assert!(message.contains("line 2, column 0"), "{message}");
+}

@@ -19,11 +19,43 @@ fn expect_code(dir: &std::path::Path, code: i32) -> Run {
     run
 }
 
+/// `audit --json` on a folder it cannot audit: exit 2, a sentence on
+/// stderr, and still a report on stdout that parses, with `verdict` and one
+/// error finding of `check`, whose message names the reason `needle`.
+fn expect_failure_report(dir: &str, verdict: &str, check: &str, needle: &str) -> serde_json::Value {
+    let run = cli(&["audit", dir, "--json"]);
+    assert_eq!(
+        run.code, 2,
+        "stdout: {}\nstderr: {}",
+        run.stdout, run.stderr
+    );
+    assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    let r = run.json();
+    assert_eq!(r["verdict"], verdict, "{r:#}");
+    assert_eq!(error_checks(&r), vec![check.to_string()], "{r:#}");
+    let message = findings_of(&r, check)[0]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains(needle), "{needle}: {message}");
+    assert_eq!(r["bundle"]["path"], dir);
+    assert_eq!(r["tensors"], json!([]));
+    r
+}
+
 #[test]
 fn empty_folder_is_not_a_bundle() {
     let tmp = tempfile::tempdir().unwrap();
     let run = expect_code(tmp.path(), 2);
     assert!(run.stderr.contains("no manifest.json"), "{}", run.stderr);
+    let r = expect_failure_report(
+        tmp.path().to_str().unwrap(),
+        "error",
+        "bundle.open",
+        "no manifest.json",
+    );
+    assert_eq!(r["bundle"]["format"], serde_json::Value::Null);
 }
 
 #[test]
@@ -31,15 +63,40 @@ fn missing_path_cannot_be_read() {
     let run = cli(&["audit", "/definitely/not/here"]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("cannot read"), "{}", run.stderr);
+    expect_failure_report(
+        "/definitely/not/here",
+        "error",
+        "bundle.open",
+        "cannot read /definitely/not/here",
+    );
 }
 
 #[test]
-fn empty_garbage_and_non_object_manifests() {
+fn unsupported_formats_get_an_unsupported_report() {
+    for (format, shown) in [
+        ("acme-GPTQ-q4", "gptq-q4-calibrated"),
+        ("A8MOD001", "A8MOD001"),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(
+            tmp.path().join("manifest.json"),
+            json!({ "format": format }).to_string(),
+        )
+        .unwrap();
+        let r = expect_failure_report(
+            tmp.path().to_str().unwrap(),
+            "unsupported",
+            "bundle.unsupported",
+            "not yet supported",
+        );
+        assert_eq!(r["bundle"]["format"], shown);
+    }
+}
+
+#[test]
+fn unknown_formats_get_an_error_report() {
     for (text, needle) in [
-        (&b""[..], "not valid JSON"),
-        (b"\x00\xff garbage {", "not valid JSON"),
-        (b"[1, 2, 3]", "not a JSON object"),
-        (b"{\"format\": 5}", "expected a string"),
+        (&b"{\"format\": 5}"[..], "expected a string"),
         (b"{\"format\": \"something-else\"}", "unknown format"),
         (b"{}", "neither"),
     ] {
@@ -47,6 +104,54 @@ fn empty_garbage_and_non_object_manifests() {
         fs::write(tmp.path().join("manifest.json"), text).unwrap();
         let run = expect_code(tmp.path(), 2);
         assert!(run.stderr.contains(needle), "{needle}: {}", run.stderr);
+        expect_failure_report(tmp.path().to_str().unwrap(), "error", "bundle.open", needle);
+    }
+}
+
+/// A manifest.json that is empty, not JSON or not an object makes a broken
+/// bundle, not "not a bundle": verdict invalid, one `manifest.parse`
+/// finding with the parser's line and column, exit 1 in both modes.
+#[test]
+fn empty_garbage_and_non_object_manifests_are_invalid_bundles() {
+    for (text, needle) in [
+        (
+            &b""[..],
+            "not valid JSON (EOF while parsing a value at line 1, column 0)",
+        ),
+        (
+            b"{\n  \"format\": \n",
+            "not valid JSON (EOF while parsing a value at line 3, column 0)",
+        ),
+        (b"\x00\xff garbage {", "not valid JSON"),
+        (
+            b"[1, 2, 3]",
+            "holds a list of 3 items, expected a JSON object",
+        ),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("manifest.json"), text).unwrap();
+        let dir = tmp.path().to_str().unwrap();
+        let run = expect_code(tmp.path(), 1);
+        assert!(run.stdout.contains("manifest.parse"), "{}", run.stdout);
+        assert!(run.stdout.contains(needle), "{needle}: {}", run.stdout);
+        let run = cli(&["audit", dir, "--json"]);
+        assert_eq!(run.code, 1, "{}", run.stderr);
+        let r = run.json();
+        assert_eq!(r["verdict"], "invalid");
+        assert_eq!(
+            error_checks(&r),
+            vec!["manifest.parse".to_string()],
+            "{r:#}"
+        );
+        let f = findings_of(&r, "manifest.parse")[0];
+        assert!(
+            f["message"].as_str().unwrap().contains(needle),
+            "{needle}: {f}"
+        );
+        // Subcommands that need the index say why instead of listing nothing.
+        let list = cli(&["list", dir]);
+        assert_eq!(list.code, 2, "{}", list.stdout);
+        assert!(list.stderr.contains(needle), "{needle}: {}", list.stderr);
     }
 }
 
@@ -257,4 +362,65 @@ fn manifest_path_opens_its_folder_and_unknown_formats_are_named() {
         error_checks(&r).contains(&"nvfp4.manifest".to_string()),
         "{r:#}"
     );
+}
+
+/// A mistyped subcommand must not be taken for a folder (which would open a
+/// window on nothing): exit 2 with clap's suggestion. The test machine has
+/// no display, so a window attempt would show as a display error (or hang
+/// into the runner's guard) instead of this message.
+#[test]
+fn mistyped_subcommand_is_named_with_a_suggestion() {
+    let b = TestBundle::v2();
+    for args in [vec!["audti", b.dir.to_str().unwrap()], vec!["audti"]] {
+        let run = cli(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("no such subcommand or folder: 'audti'"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("did you mean 'audit'?"),
+            "{}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("window"), "{}", run.stderr);
+        assert!(run.stdout.is_empty(), "{}", run.stdout);
+    }
+}
+
+/// A path that does not exist is refused before any window opens, and the
+/// message names it.
+#[test]
+fn opening_a_missing_path_fails_before_a_window() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-bundle");
+    let run = cli(&[missing.to_str().unwrap()]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "cannot open {}: no such file or folder",
+            missing.display()
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("window"), "{}", run.stderr);
+}
+
+/// `completions SHELL` prints a script made from the real command tree.
+#[test]
+fn completion_scripts_cover_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let run = cli(&["completions", shell]);
+        assert_eq!(run.code, 0, "{shell}: {}", run.stderr);
+        for sub in ["audit", "spotcheck", "completions"] {
+            assert!(run.stdout.contains(sub), "{shell} script lacks {sub}");
+        }
+    }
+    let bash = cli(&["completions", "bash"]).stdout;
+    assert!(bash.contains("complete -F"), "not a bash completion script");
+    let bad = cli(&["completions", "tcsh"]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("possible values"), "{}", bad.stderr);
 }

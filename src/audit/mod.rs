@@ -278,8 +278,13 @@ fn audit_bundle(
     for f in &bundle.findings {
         emit(Event::Finding(f.clone()));
     }
+    // A manifest that did not parse was not checked field by field.
+    let parsed = !bundle
+        .findings
+        .iter()
+        .any(|f| f.check == checks::MANIFEST_PARSE);
     for &check in MANIFEST_CHECKS {
-        if !bundle.findings.iter().any(|f| f.check == check) {
+        if parsed && !bundle.findings.iter().any(|f| f.check == check) {
             emit(Event::Passed {
                 check,
                 tensor: None,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use bundlescope::audit::{self, Event, Failure, Severity};
-use bundlescope::report::{Report, ReportBuilder, human_bytes};
+use bundlescope::report::{Report, ReportBuilder, failure_report, human_bytes};
 
 use super::common::progress_bar;
 
@@ -50,6 +50,15 @@ pub fn run(a: Args) -> Result<i32> {
     // No verdict without a completed pass: each of these exits 2.
     match &builder.outcome {
         Some(Err(Failure::Cancelled)) | None => bail!("the audit stopped before it finished"),
+        // A pipeline reading --json gets a report for this outcome too; the
+        // sentence on stderr is the same as without --json.
+        Some(Err(Failure::Open(e))) => {
+            if a.json {
+                let report = failure_report(&a.dir.display().to_string(), e);
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            }
+            return Err(Failure::Open(e.clone()).into());
+        }
         Some(Err(failure)) => return Err(failure.clone().into()),
         Some(Ok(_)) => {}
     }

@@ -6,14 +6,30 @@ use std::io::IsTerminal;
 use std::path::Path;
 
 use anyhow::{Result, anyhow, bail};
+use bundlescope::finding::checks;
 use bundlescope::format::{self, Bundle, Layout, TensorInfo};
 use bundlescope::util::paths::{bundle_folder, is_inside};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Opens the bundle at `dir`. Its error goes up through `?`: `cli::main`
-/// prints it with its causes and exits 2 (could not run).
+/// prints it with its causes and exits 2 (could not run). A bundle whose
+/// manifest.json does not parse opens (the audit reports it as invalid),
+/// but it has no index to list or read, so here it is an error that says
+/// why instead of an empty listing.
 pub fn open_bundle(dir: &Path) -> Result<Bundle> {
-    Ok(format::open(dir)?)
+    let bundle = format::open(dir)?;
+    if let Some(f) = bundle
+        .findings
+        .iter()
+        .find(|f| f.check == checks::MANIFEST_PARSE)
+    {
+        bail!(
+            "{}: {}; `bundlescope audit` reports it",
+            bundle.manifest_path.display(),
+            f.message
+        );
+    }
+    Ok(bundle)
 }
 
 /// Index of the tensor `name` means, following aliases to their target.

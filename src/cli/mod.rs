@@ -6,6 +6,7 @@
 mod audit;
 mod checks;
 mod common;
+mod completions;
 mod export;
 mod hist;
 mod list;
@@ -13,7 +14,8 @@ mod nvfp4;
 mod sample;
 mod spotcheck;
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
@@ -58,6 +60,8 @@ enum Command {
     /// --reference, each tensor against its unquantised source); exit 0 all
     /// pass, 1 any failure, 2 could not run.
     Spotcheck(spotcheck::Args),
+    /// Print the shell completion script (bash, zsh, fish, elvish or powershell).
+    Completions(completions::Args),
 }
 
 /// Parses the command line and runs it; returns the exit code.
@@ -65,11 +69,29 @@ pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
+            // `bundlescope audti DIR`: clap reads `audti` as the folder and
+            // trips on DIR; the first word is the mistake, so name that.
+            if e.kind() == clap::error::ErrorKind::UnknownArgument
+                && let Some(word) = first_positional(std::env::args_os().skip(1))
+                && let Some(message) = missing_dir(Path::new(&word))
+            {
+                eprintln!("bundlescope: {message}");
+                return EXIT_ERROR;
+            }
             let code = if e.use_stderr() { EXIT_ERROR } else { EXIT_OK };
             let _ = e.print();
             return code;
         }
     };
+    // A folder that does not exist is refused here, before a window opens
+    // on it (or the terminal audit starts), with the path or the typo named.
+    if cli.command.is_none()
+        && let Some(dir) = &cli.dir
+        && let Some(message) = missing_dir(dir)
+    {
+        eprintln!("bundlescope: {message}");
+        return EXIT_ERROR;
+    }
     let result = match cli.command {
         Some(Command::Audit(a)) => audit::run(a),
         Some(Command::List(a)) => list::run(a),
@@ -78,6 +100,7 @@ pub fn main() -> i32 {
         Some(Command::Hist(a)) => hist::run(a),
         Some(Command::Export(a)) => export::run(a),
         Some(Command::Spotcheck(a)) => spotcheck::run(a),
+        Some(Command::Completions(a)) => completions::run(a),
         None => open_demo_or_dir(cli.dir, cli.demo),
     };
     match result {
@@ -86,6 +109,61 @@ pub fn main() -> i32 {
             eprintln!("bundlescope: {e:#}");
             EXIT_ERROR
         }
+    }
+}
+
+/// The first argument that is not a flag (top-level flags take no values),
+/// or the one after `--`.
+fn first_positional(args: impl Iterator<Item = OsString>) -> Option<OsString> {
+    let mut args = args.peekable();
+    while let Some(a) = args.next() {
+        if a == "--" {
+            return args.next();
+        }
+        if !a.to_string_lossy().starts_with('-') {
+            return Some(a);
+        }
+    }
+    None
+}
+
+/// Why `dir`, given where a folder or a subcommand may stand, cannot be
+/// opened; `None` when it exists. A bare word (no path separator) is as
+/// likely a mistyped subcommand as a folder, so it gets clap's suggestion.
+fn missing_dir(dir: &Path) -> Option<String> {
+    let error = std::fs::metadata(dir).err()?;
+    if error.kind() != std::io::ErrorKind::NotFound {
+        return Some(format!("cannot read {}: {error}", dir.display()));
+    }
+    let text = dir.to_string_lossy();
+    let bare = dir.components().count() == 1 && !text.starts_with('.') && !dir.is_absolute();
+    if !bare {
+        return Some(format!(
+            "cannot open {}: no such file or folder",
+            dir.display()
+        ));
+    }
+    Some(match suggested_subcommand(&text) {
+        Some(s) => format!("no such subcommand or folder: '{text}' (did you mean '{s}'?)"),
+        None => format!(
+            "no such subcommand or folder: '{text}' (`bundlescope --help` lists the subcommands)"
+        ),
+    })
+}
+
+/// The subcommand clap would suggest for `word` (its own similarity rule),
+/// asked of the subcommands alone: with the top-level folder argument in
+/// the way, clap never treats a word as a subcommand typo.
+fn suggested_subcommand(word: &str) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    let subcommands = Command::augment_subcommands(clap::Command::new("bundlescope"));
+    let error = subcommands
+        .try_get_matches_from(["bundlescope", word])
+        .err()?;
+    match error.get(ContextKind::SuggestedSubcommand)? {
+        ContextValue::String(s) => Some(s.clone()),
+        ContextValue::Strings(v) => v.first().cloned(),
+        _ => None,
     }
 }
 

@@ -11,7 +11,8 @@ use anyhow::{Result, anyhow, bail};
 use bundlescope::format::Bundle;
 use bundlescope::mlx::Device;
 use bundlescope::spotcheck::{
-    self, Checkpoint, DEFAULT_MAX_ROWS, Options, Report, SpotError, SpotResult, XDtype,
+    self, Checkpoint, DEFAULT_EMBEDDING_ROWS, DEFAULT_MAX_ROWS, Options, Report, SpotError,
+    SpotResult, XDtype,
 };
 
 use super::common::{open_bundle, progress_bar};
@@ -43,6 +44,10 @@ pub struct Args {
     /// Default: every row with --tensor, 4096 otherwise.
     #[arg(long)]
     pub max_rows: Option<usize>,
+    /// Rows the tied embedding's gather check takes (from the rows
+    /// checked), drawn from the seed; 0 takes every row.
+    #[arg(long, default_value_t = DEFAULT_EMBEDDING_ROWS)]
+    pub embedding_rows: usize,
     /// Stacked NVFP4 experts: check only this expert (default: every expert).
     #[arg(long)]
     pub expert: Option<usize>,
@@ -83,7 +88,11 @@ pub fn run(a: Args) -> Result<i32> {
         max_rows,
         reference,
         expert: a.expert,
-        ..Options::default()
+        // 0 means every row, as for --max-rows; the sampler caps k at n.
+        embedding_rows: match a.embedding_rows {
+            0 => usize::MAX,
+            n => n,
+        },
     };
     let mut report = match &a.tensor {
         Some(name) => one(&bundle, name, &opts)?,

@@ -89,6 +89,9 @@ macro_rules! checks {
 
 checks! {
     ALL:
+    BUNDLE_OPEN = "bundle.open": "the path exists, can be read and is a bundle folder (or its manifest.json) whose manifest names a known format";
+    BUNDLE_UNSUPPORTED = "bundle.unsupported": "the bundle's format is one bundlescope can audit (GPTQ-Q4 and A8MOD001 are recognised but not yet supported)";
+    MANIFEST_PARSE = "manifest.parse": "manifest.json is a non-empty, valid JSON object";
     MANIFEST_FIELD = "manifest.field": "every required manifest key is present with the right JSON type";
     MANIFEST_GROUP_SIZE = "manifest.group_size": "the bundle's group_size is 64";
     MANIFEST_TIED = "manifest.tie_word_embeddings": "tie_word_embeddings is true";

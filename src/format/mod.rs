@@ -144,24 +144,26 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
         });
     }
     let bytes = read_capped(&manifest_path, MAX_MANIFEST_BYTES)?;
-    let value: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| OpenError::NotABundle {
-            path: manifest_path.clone(),
-            reason: format!(
+    // From here the folder is a bundle: a manifest.json that does not parse
+    // is a broken bundle (verdict invalid, one finding), not "not a bundle".
+    let value: serde_json::Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            let message = format!(
                 "manifest.json is not valid JSON ({} at line {}, column {})",
                 describe_json_error(&e),
                 e.line(),
                 e.column()
-            ),
-        })?;
+            );
+            return Ok(broken_manifest(dir, manifest_path, bytes, message));
+        }
+    };
     let Some(object) = value.as_object() else {
-        return Err(OpenError::NotABundle {
-            path: manifest_path,
-            reason: format!(
-                "manifest.json holds {}, not a JSON object",
-                json::kind(&value)
-            ),
-        });
+        let message = format!(
+            "manifest.json holds {}, expected a JSON object",
+            json::kind(&value)
+        );
+        return Ok(broken_manifest(dir, manifest_path, bytes, message));
     };
     let format = detect(object).map_err(|reason| OpenError::NotABundle {
         path: dir.clone(),
@@ -186,6 +188,42 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
                     .into(),
         }),
         FormatKind::Nvfp4 => Ok(nvfp4::parse(dir, manifest_path, bytes, object)),
+        // detect never answers Unknown; it names a manifest that did not parse.
+        FormatKind::Unknown => Ok(broken_manifest(
+            dir,
+            manifest_path,
+            bytes,
+            "manifest.json names no format".into(),
+        )),
+    }
+}
+
+/// The bundle of a folder whose manifest.json exists but does not parse:
+/// no tensors, no payload files, and the `manifest.parse` finding, so the
+/// audit says invalid and the GUI shows why instead of an open error.
+fn broken_manifest(
+    dir: PathBuf,
+    manifest_path: PathBuf,
+    manifest_bytes: Vec<u8>,
+    message: String,
+) -> Bundle {
+    // The hash is what the audit's bundle.changed check compares against.
+    let provenance = Provenance {
+        manifest_sha256: sha256_hex(&manifest_bytes),
+        ..Provenance::default()
+    };
+    Bundle {
+        dir,
+        manifest_path,
+        manifest_bytes,
+        format: FormatKind::Unknown,
+        tensors: Vec::new(),
+        files: Vec::new(),
+        provenance,
+        findings: vec![
+            crate::finding::Finding::error(crate::finding::checks::MANIFEST_PARSE, message)
+                .field("manifest.json"),
+        ],
     }
 }
 

@@ -27,6 +27,10 @@ pub enum FormatKind {
     /// The mlx-nvfp4 `stacked-global-scale` MoE artifact.
     #[serde(rename = "mlx-nvfp4")]
     Nvfp4,
+    /// A folder whose manifest.json could not be parsed, so no format can be
+    /// told: the bundle holds only the `manifest.parse` finding.
+    #[serde(rename = "unknown")]
+    Unknown,
 }
 
 impl FormatKind {
@@ -38,6 +42,7 @@ impl FormatKind {
             FormatKind::GptqQ4 => "gptq-q4-calibrated",
             FormatKind::Native => "A8MOD001",
             FormatKind::Nvfp4 => "mlx-nvfp4",
+            FormatKind::Unknown => "unknown",
         }
     }
 
@@ -49,6 +54,7 @@ impl FormatKind {
             FormatKind::GptqQ4 => "GPTQ-Q4",
             FormatKind::Native => "A8MOD001",
             FormatKind::Nvfp4 => "mlx-nvfp4",
+            FormatKind::Unknown => "unknown format",
         }
     }
 }

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::audit::{Event, Failure, Finding, Outcome, Severity};
 use crate::decode::stats::TensorStats;
-use crate::format::{Bundle, Provenance, TensorInfo};
+use crate::finding::checks;
+use crate::format::{Bundle, OpenError, Provenance, TensorInfo, error_chain};
 
 /// `{"name", "version"}` of the tool.
 #[derive(Debug, Clone, Serialize)]
@@ -146,7 +147,10 @@ pub struct Report {
     pub tool: Tool,
     /// The bundle.
     pub bundle: BundleRef,
-    /// `valid` iff no error finding; `incomplete` when the audit was cancelled.
+    /// `valid` iff no error finding; `invalid` with one; `incomplete` when
+    /// the audit was cancelled; `error` when the bundle could not be opened
+    /// and `unsupported` for a recognised format bundlescope cannot audit
+    /// (see [`failure_report`]).
     pub verdict: &'static str,
     /// Every finding, in the order found.
     pub findings: Vec<Finding>,
@@ -282,6 +286,38 @@ impl ReportBuilder {
                 _ => None,
             },
         })
+    }
+}
+
+/// The report of an audit that could not open the bundle, so a pipeline
+/// reading `--json` always gets one schema. Verdict `unsupported` (with a
+/// `bundle.unsupported` finding) for a format bundlescope recognises but
+/// cannot audit, else `error` (with a `bundle.open` finding): no manifest,
+/// a path that cannot be read, an unknown format. Tensors, files and totals
+/// are empty because nothing was read.
+pub fn failure_report(path: &str, error: &OpenError) -> Report {
+    let (verdict, check, format) = match error {
+        OpenError::Unsupported { format, .. } => (
+            "unsupported",
+            checks::BUNDLE_UNSUPPORTED,
+            Some(format.name().to_string()),
+        ),
+        OpenError::Io { .. } | OpenError::NotABundle { .. } => ("error", checks::BUNDLE_OPEN, None),
+    };
+    Report {
+        tool: Tool::default(),
+        bundle: BundleRef {
+            path: path.to_string(),
+            format,
+        },
+        verdict,
+        // The whole chain (the OS error of an Io failure is its source).
+        findings: vec![Finding::error(check, error_chain(error))],
+        tensors: Vec::new(),
+        files: Vec::new(),
+        totals: Totals::default(),
+        provenance: Provenance::default(),
+        duration_s: None,
     }
 }
 

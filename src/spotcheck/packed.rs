@@ -206,6 +206,8 @@ pub(super) fn matmul_check(
     Ok(r)
 }
 
+/// The matmul row's quality: the rows checked against their source, with
+/// the output error on the check's `x`.
 fn reference_quality(
     ckpt: &Checkpoint,
     t: &TensorInfo,
@@ -214,6 +216,27 @@ fn reference_quality(
     batch: usize,
     r: &mut SpotResult,
 ) -> Result<(), SpotError> {
+    let Some(w) = source_rows(ckpt, t, g, &g.ids, r) else {
+        return Ok(());
+    };
+    let mut wq = vec![0f32; g.ids.len() * g.cols];
+    dequantize_rows(g.kind, g.cols, &g.codes, &g.scales, &mut wq)?;
+    let q = reference::quality(g.kind, &wq, &w, x, batch, g.cols, &g.ids);
+    judge_quality(t, q, "output error", r);
+    Ok(())
+}
+
+/// Rows `ids` of `t`'s source in the reference checkpoint, as f64. `None`
+/// after recording why when they cannot be had: a warning when the
+/// checkpoint lacks the tensor (nothing measured, `reference` stays null),
+/// an error and a failed quality when its shape or rows are wrong.
+fn source_rows(
+    ckpt: &Checkpoint,
+    t: &TensorInfo,
+    g: &Gathered,
+    ids: &[u64],
+    r: &mut SpotResult,
+) -> Option<Vec<f64>> {
     let Some(src) = ckpt.tensor(&t.name) else {
         r.findings.push(
             Finding::warning(
@@ -226,56 +249,49 @@ fn reference_quality(
             )
             .tensor(t.name.clone()),
         );
-        return Ok(());
+        return None;
     };
     let want = [g.rows as u64, g.cols as u64];
-    let fail = |r: &mut SpotResult, msg: String| {
-        r.findings
-            .push(Finding::error(CHECK_REFERENCE, msg).tensor(t.name.clone()));
-    };
-    if src.shape != want {
-        fail(
-            r,
-            format!(
-                "the reference's {} in {} has shape {:?}; the bundle's is {want:?}",
-                t.name, src.file, src.shape
-            ),
-        );
-        r.reference = Some(failed_quality(g.kind));
-        return Ok(());
-    }
-    let w = match src.rows_f64(&g.ids, g.cols) {
-        Ok(w) => w,
-        Err(why) => {
-            fail(
-                r,
-                format!("the reference's {} in {}: {why}", t.name, src.file),
-            );
-            r.reference = Some(failed_quality(g.kind));
-            return Ok(());
+    let message = if src.shape != want {
+        format!(
+            "the reference's {} in {} has shape {:?}; the bundle's is {want:?}",
+            t.name, src.file, src.shape
+        )
+    } else {
+        match src.rows_f64(ids, g.cols) {
+            Ok(w) => return Some(w),
+            Err(why) => format!("the reference's {} in {}: {why}", t.name, src.file),
         }
     };
-    let mut wq = vec![0f32; g.ids.len() * g.cols];
-    dequantize_rows(g.kind, g.cols, &g.codes, &g.scales, &mut wq)?;
-    let q = reference::quality(g.kind, &wq, &w, x, batch, g.cols, &g.ids);
+    r.findings
+        .push(Finding::error(CHECK_REFERENCE, message).tensor(t.name.clone()));
+    r.reference = Some(failed_quality(g.kind));
+    None
+}
+
+/// Records `q` on `r`, with an error finding when it is out of bounds;
+/// `output` names what `output_rel_err` measured.
+fn judge_quality(t: &TensorInfo, q: Quality, output: &str, r: &mut SpotResult) {
     if !q.pass {
-        fail(
-            r,
-            format!(
-                "against the reference checkpoint: output error {:.4} (bound {:.2}), worst group {:.3} at row {} group {} (bound {:.2}), weight error {:.4}, SNR {:.1} dB",
-                q.output_rel_err,
-                q.thresholds.output_rel_err,
-                q.worst_group_rel_err,
-                q.worst_group[0],
-                q.worst_group[1],
-                q.thresholds.group_rel_err,
-                q.weight_rel_err,
-                q.snr_db
-            ),
+        r.findings.push(
+            Finding::error(
+                CHECK_REFERENCE,
+                format!(
+                    "against the reference checkpoint: {output} {:.4} (bound {:.2}), worst group {:.3} at row {} group {} (bound {:.2}), weight error {:.4}, SNR {:.1} dB",
+                    q.output_rel_err,
+                    q.thresholds.output_rel_err,
+                    q.worst_group_rel_err,
+                    q.worst_group[0],
+                    q.worst_group[1],
+                    q.thresholds.group_rel_err,
+                    q.weight_rel_err,
+                    q.snr_db
+                ),
+            )
+            .tensor(t.name.clone()),
         );
     }
     r.reference = Some(q);
-    Ok(())
 }
 
 /// The quality of a tensor whose source could not be compared.
@@ -333,8 +349,8 @@ pub(super) fn embedding_check(
     let started = Instant::now();
     let rb = row_bytes(g.kind, g.cols);
     let sb = row_scale_bytes(g.cols);
-    let mut want = vec![0f32; ids.len() * g.cols];
-    for (o, &p) in want.chunks_exact_mut(g.cols).zip(&picks) {
+    let mut decoded = vec![0f32; ids.len() * g.cols];
+    for (o, &p) in decoded.chunks_exact_mut(g.cols).zip(&picks) {
         let p = p as usize;
         dequantize_rows(
             g.kind,
@@ -344,6 +360,7 @@ pub(super) fn embedding_check(
             o,
         )?;
     }
+    let mut want = decoded.clone();
     if opts.dtype == XDtype::Bf16 {
         for v in &mut want {
             *v = bf16_to_f32(f32_to_bf16(*v));
@@ -380,6 +397,15 @@ pub(super) fn embedding_check(
             .tensor(t.name.clone()),
         );
     }
-    r.pass = r.mlx_pass;
+    // Against the source, the rows gathered as the decoder decodes them
+    // (before any bf16 rounding of the output), like the matmul row's.
+    if let Some(ckpt) = &opts.reference {
+        let rows: Vec<u64> = picks.iter().map(|&p| g.ids[p as usize]).collect();
+        if let Some(w) = source_rows(ckpt, t, g, &rows, &mut r) {
+            let q = reference::gather_quality(g.kind, &decoded, &w, g.cols, &rows);
+            judge_quality(t, q, "gathered rows' error", &mut r);
+        }
+    }
+    r.pass = r.mlx_pass && r.reference.as_ref().is_none_or(|q| q.pass);
     Ok(r)
 }

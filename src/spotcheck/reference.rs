@@ -154,6 +154,11 @@ pub struct Thresholds {
 }
 
 impl Thresholds {
+    /// Both measures within their bounds.
+    pub fn pass(&self, output_rel_err: f64, worst_group_rel_err: f64) -> bool {
+        output_rel_err <= self.output_rel_err && worst_group_rel_err <= self.group_rel_err
+    }
+
     /// The bounds for one precision.
     pub fn for_kind(kind: PackedKind) -> Self {
         match kind {
@@ -180,7 +185,9 @@ pub struct Quality {
     pub weight_rel_err: f64,
     /// `10 · log10(‖W‖² / ‖Wq − W‖²)`.
     pub snr_db: f64,
-    /// `‖x(Wq − W)ᵀ‖ / ‖xWᵀ‖` on the spot check's random `x`.
+    /// `‖x(Wq − W)ᵀ‖ / ‖xWᵀ‖` on the spot check's random `x`; for the
+    /// embedding gather (no `x`: the output is the rows gathered), equal to
+    /// `weight_rel_err` (see [`gather_quality`]).
     pub output_rel_err: f64,
     /// The largest `‖Wq − W‖ / ‖W‖` of one 64-column group.
     pub worst_group_rel_err: f64,
@@ -219,17 +226,20 @@ pub fn quality(
         .zip(w.par_chunks(cols))
         .zip(row_ids.par_iter())
         .fold(Acc::default, |mut a, ((q, s), &row)| {
-            let mut yd = vec![0f64; batch];
-            let mut yw = vec![0f64; batch];
-            dot_rows(
-                &xt,
-                batch,
-                q.iter().zip(s).map(|(&q, &s)| f64::from(q) - s),
-                &mut yd,
-            );
-            dot_rows(&xt, batch, s.iter().copied(), &mut yw);
-            a.yd2 += yd.iter().map(|v| v * v).sum::<f64>();
-            a.yw2 += yw.iter().map(|v| v * v).sum::<f64>();
+            // batch 0: no x (a gather); dot_rows needs at least one column of x.
+            if batch > 0 {
+                let mut yd = vec![0f64; batch];
+                let mut yw = vec![0f64; batch];
+                dot_rows(
+                    &xt,
+                    batch,
+                    q.iter().zip(s).map(|(&q, &s)| f64::from(q) - s),
+                    &mut yd,
+                );
+                dot_rows(&xt, batch, s.iter().copied(), &mut yw);
+                a.yd2 += yd.iter().map(|v| v * v).sum::<f64>();
+                a.yw2 += yw.iter().map(|v| v * v).sum::<f64>();
+            }
             for (g, (qg, sg)) in q.chunks(GROUP).zip(s.chunks(GROUP)).enumerate() {
                 let (mut d2, mut w2) = (0f64, 0f64);
                 for (&q, &s) in qg.iter().zip(sg) {
@@ -274,8 +284,25 @@ pub fn quality(
         worst_group_rel_err: acc.worst,
         worst_group: acc.worst_at,
         thresholds,
-        pass: output_rel_err <= thresholds.output_rel_err && acc.worst <= thresholds.group_rel_err,
+        pass: thresholds.pass(output_rel_err, acc.worst),
     }
+}
+
+/// The quality of gathered rows (the tied embedding's lookup), `wq` and `w`
+/// as in [`quality`]. A gather has no `x`: its output is the rows
+/// themselves, so `output_rel_err` is their weight error (the same number
+/// as `weight_rel_err`), held to the same bound as a matmul's output.
+pub fn gather_quality(
+    kind: PackedKind,
+    wq: &[f32],
+    w: &[f64],
+    cols: usize,
+    row_ids: &[u64],
+) -> Quality {
+    let mut q = quality(kind, wq, w, &[], 0, cols, row_ids);
+    q.output_rel_err = q.weight_rel_err;
+    q.pass = q.thresholds.pass(q.output_rel_err, q.worst_group_rel_err);
+    q
 }
 
 /// An unquantised reference checkpoint: every `*.safetensors` file of a
