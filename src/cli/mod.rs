@@ -113,5 +113,9 @@ fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool) -> anyhow::Result<i32> {
             return Ok(EXIT_OK);
         }
     };
-    audit::run(audit::Args { dir, json: false })
+    audit::run(audit::Args {
+        dir,
+        json: false,
+        range_hashes: false,
+    })
 }
