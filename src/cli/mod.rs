@@ -6,6 +6,7 @@
 mod audit;
 mod checks;
 mod common;
+mod diff;
 mod export;
 mod hist;
 mod list;
@@ -58,6 +59,9 @@ enum Command {
     /// --reference, each tensor against its unquantised source); exit 0 all
     /// pass, 1 any failure, 2 could not run.
     Spotcheck(spotcheck::Args),
+    /// Compare two bundles tensor by tensor (range hashes; changed tensors
+    /// decoded); exit 0, or 1 with --fail-on and such a difference, 2 could not run.
+    Diff(diff::Args),
 }
 
 /// Parses the command line and runs it; returns the exit code.
@@ -78,6 +82,7 @@ pub fn main() -> i32 {
         Some(Command::Hist(a)) => hist::run(a),
         Some(Command::Export(a)) => export::run(a),
         Some(Command::Spotcheck(a)) => spotcheck::run(a),
+        Some(Command::Diff(a)) => diff::run(a),
         None => open_demo_or_dir(cli.dir, cli.demo),
     };
     match result {
