@@ -70,7 +70,14 @@ fn print_human(r: &DiffReport) {
     println!();
     println!(
         "{:<8} {:<52} {:>6} {:<28} {:>9} {:>28} {:>10} {:>16}",
-        "status", "tensor", "expert", "differs", "codes Δ", "scale B/A min/med/max", "rel err", "worst row"
+        "status",
+        "tensor",
+        "expert",
+        "differs",
+        "codes Δ",
+        "scale B/A min/med/max",
+        "rel err",
+        "worst row"
     );
     for t in rows {
         let status = match t.status {
@@ -80,12 +87,18 @@ fn print_human(r: &DiffReport) {
             Status::Identical => "same",
         };
         let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("-".into(), f);
-        let codes = t.codes.as_ref().map_or("-".into(), |c| {
-            format!("{:.3}%", c.changed_share * 100.0)
-        });
+        let codes = t
+            .codes
+            .as_ref()
+            .map_or("-".into(), |c| format!("{:.3}%", c.changed_share * 100.0));
         let scales = t.scales.as_ref().map_or("-".into(), |s| {
             let g = |v: Option<f64>| opt(v, &|x| format!("{x:.4}"));
-            format!("{}/{}/{}", g(s.min_ratio), g(s.median_ratio), g(s.max_ratio))
+            format!(
+                "{}/{}/{}",
+                g(s.min_ratio),
+                g(s.median_ratio),
+                g(s.max_ratio)
+            )
         });
         let err = opt(t.weight_rel_err, &|x| format!("{x:.3e}"));
         let worst = t.worst_row.as_ref().map_or("-".into(), |w| {

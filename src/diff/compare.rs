@@ -217,8 +217,9 @@ fn ratio(d: f64, s: f64) -> f64 {
 /// Offset of delta 0 in a delta histogram; deltas lie in −15..=15.
 const DELTA0: i32 = 16;
 
-fn code_diff(hist: &[u64; 33], total: u64) -> CodeDiff {
-    let changed: u64 = total - hist[DELTA0 as usize];
+/// `changed` counts stored codes that differ, which for NVFP4 includes a
+/// +0 ↔ −0 flip (delta 0 in levels).
+fn code_diff(hist: &[u64; 33], changed: u64, total: u64) -> CodeDiff {
     let delta_counts = (0i32..)
         .zip(hist)
         .filter(|&(_, &n)| n > 0)
@@ -259,7 +260,8 @@ pub fn packed_codes(kind: PackedKind, cols: usize, a: &[u8], b: &[u8]) -> Option
         )
         .map(|(h, _, _)| h)
         .reduce(|| [0u64; 33], add_hist);
-    Some(code_diff(&hist, (a.len() / rb * cols) as u64))
+    let total = (a.len() / rb * cols) as u64;
+    Some(code_diff(&hist, total - hist[DELTA0 as usize], total))
 }
 
 /// The code changes of two NVFP4 word regions (8 codes per U32 word, low
@@ -272,21 +274,22 @@ pub fn fp4_codes(a: &[u8], b: &[u8]) -> Option<CodeDiff> {
         let m = i32::from(c & 7);
         if c & 8 != 0 { -m } else { m }
     };
-    let hist = a
+    let (hist, changed) = a
         .par_chunks(4096)
         .zip(b.par_chunks(4096))
         .map(|(ca, cb)| {
-            let mut h = [0u64; 33];
+            let (mut h, mut changed) = ([0u64; 33], 0u64);
             for (&x, &y) in ca.iter().zip(cb) {
                 for shift in [0, 4] {
-                    let d = level((y >> shift) & 15) - level((x >> shift) & 15);
-                    h[(d + DELTA0) as usize] += 1;
+                    let (x, y) = ((x >> shift) & 15, (y >> shift) & 15);
+                    changed += u64::from(x != y);
+                    h[(level(y) - level(x) + DELTA0) as usize] += 1;
                 }
             }
-            h
+            (h, changed)
         })
-        .reduce(|| [0u64; 33], add_hist);
-    Some(code_diff(&hist, a.len() as u64 * 2))
+        .reduce(|| ([0u64; 33], 0), |(h, c), (g, d)| (add_hist(h, g), c + d));
+    Some(code_diff(&hist, changed, a.len() as u64 * 2))
 }
 
 fn add_hist(mut x: [u64; 33], y: [u64; 33]) -> [u64; 33] {

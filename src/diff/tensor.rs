@@ -1,9 +1,7 @@
 //! The detail of one changed tensor: what differs and by how much, one row
 //! per tensor, or one per changed expert of a stacked NVFP4 tensor.
 
-use super::compare::{
-    Matrix, ScaleType, fp4_codes, packed_codes, scale_ratios, weight_error,
-};
+use super::compare::{Matrix, ScaleType, fp4_codes, packed_codes, scale_ratios, weight_error};
 use super::{Side, Status, TensorDiff};
 use crate::format::{Layout, TensorInfo};
 
@@ -44,14 +42,14 @@ pub(super) fn compare(a: &Side, b: &Side, i: usize, j: usize) -> Vec<TensorDiff>
         return vec![finish(row)];
     };
     match (ta.layout, tb.layout) {
-        (Some(la @ Layout::Packed { kind: ka, cols, .. }), Some(Layout::Packed { kind: kb, .. }))
-            if ka == kb && ta.shape == tb.shape =>
-        {
+        (
+            Some(la @ Layout::Packed { kind: ka, cols, .. }),
+            Some(Layout::Packed { kind: kb, .. }),
+        ) if ka == kb && ta.shape == tb.shape => {
             let split = us(la.codes_bytes()).unwrap_or(usize::MAX);
-            if let (Some((ca, sa)), Some((cb, sb))) = (
-                xa.split_at_checked(split),
-                xb.split_at_checked(split),
-            ) {
+            if let (Some((ca, sa)), Some((cb, sb))) =
+                (xa.split_at_checked(split), xb.split_at_checked(split))
+            {
                 if ca != cb {
                     row.differs.push("codes");
                 }
@@ -62,9 +60,10 @@ pub(super) fn compare(a: &Side, b: &Side, i: usize, j: usize) -> Vec<TensorDiff>
                 row.scales = scale_ratios(ScaleType::F16, sa, sb);
             }
         }
-        (Some(la @ (Layout::Fp4 { .. } | Layout::E4m3 { .. } | Layout::GlobalScale { .. })), Some(lb))
-            if la == lb =>
-        {
+        (
+            Some(la @ (Layout::Fp4 { .. } | Layout::E4m3 { .. } | Layout::GlobalScale { .. })),
+            Some(lb),
+        ) if la == lb => {
             let rows = experts(a, b, ra, rb, la, xa, xb, &row);
             if !rows.is_empty() {
                 return rows;
@@ -72,7 +71,8 @@ pub(super) fn compare(a: &Side, b: &Side, i: usize, j: usize) -> Vec<TensorDiff>
         }
         _ => {}
     }
-    if ta.shape.is_some() && ta.shape == tb.shape
+    if ta.shape.is_some()
+        && ta.shape == tb.shape
         && let (Some(ma), Some(mb)) = (matrix(ta, xa), matrix(tb, xb))
         && let Some(e) = weight_error(&ma, &mb)
     {
@@ -180,7 +180,9 @@ fn experts(
     };
     let mut rows = Vec::new();
     for e in 0..n {
-        let range = e.checked_mul(per).and_then(|s| Some(s..s.checked_add(per)?));
+        let range = e
+            .checked_mul(per)
+            .and_then(|s| Some(s..s.checked_add(per)?));
         let (Some(sa), Some(sb)) = (
             range.clone().and_then(|r| xa.get(r)),
             range.and_then(|r| xb.get(r)),
