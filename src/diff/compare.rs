@@ -1,6 +1,7 @@
 //! How two versions of one tensor differ: code changes, scale ratios and the
-//! weight-space error, computed over borrowed payload bytes in blocks of
-//! rows, so memory stays bounded by a block whatever the manifest claims.
+//! weight-space error, computed over borrowed payload bytes a row at a
+//! time, so memory stays bounded by a row per thread whatever the manifest
+//! claims.
 
 use std::collections::BTreeMap;
 
@@ -11,10 +12,6 @@ use crate::decode::dequant::{dense_to_f32, dequantize_rows, row_bytes, row_scale
 use crate::decode::nvfp4::{self, e4m3};
 use crate::decode::{f16_to_f32, unpack_row};
 use crate::format::{DenseDtype, PackedKind};
-
-/// Values decoded per side and block: 1 Mi f32 (4 MiB), large enough that
-/// the parallel decode is efficient, small enough to never matter.
-const BLOCK_VALUES: usize = 1 << 20;
 
 /// How the stored codes of a tensor changed (same shape and precision).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -149,6 +146,54 @@ impl Matrix<'_> {
             }
         }
     }
+
+    /// The stored bytes of row `r` (codes or values, then scales), when
+    /// both sides store rows the same way, so equal bytes mean equal values.
+    fn row_bytes(&self, r: usize) -> Option<(&[u8], &[u8])> {
+        match *self {
+            Matrix::Packed {
+                kind,
+                cols,
+                codes,
+                scales,
+                ..
+            } => {
+                let (rb, sb) = (row_bytes(kind, cols), row_scale_bytes(cols));
+                Some((
+                    codes.get(r * rb..(r + 1) * rb)?,
+                    scales.get(r * sb..(r + 1) * sb)?,
+                ))
+            }
+            Matrix::Dense {
+                dtype, cols, bytes, ..
+            } => {
+                let rb = cols * dtype.size() as usize;
+                Some((bytes.get(r * rb..(r + 1) * rb)?, &[]))
+            }
+            Matrix::Fp4 {
+                cols,
+                words,
+                scales,
+                ..
+            } => Some((
+                words.get(r * cols / 2..(r + 1) * cols / 2)?,
+                scales.get(r * cols / nvfp4::GROUP..(r + 1) * cols / nvfp4::GROUP)?,
+            )),
+        }
+    }
+
+    /// Whether the two matrices store their rows alike (same variant, grid
+    /// or dtype, and global scale), so a row with equal bytes is equal.
+    fn same_storage(&self, other: &Matrix) -> bool {
+        match (self, other) {
+            (Matrix::Packed { kind: x, .. }, Matrix::Packed { kind: y, .. }) => x == y,
+            (Matrix::Dense { dtype: x, .. }, Matrix::Dense { dtype: y, .. }) => x == y,
+            (Matrix::Fp4 { global: x, .. }, Matrix::Fp4 { global: y, .. }) => {
+                x.to_bits() == y.to_bits()
+            }
+            _ => false,
+        }
+    }
 }
 
 /// `‖B − A‖ / ‖A‖` over the decoded values of two matrices of the same
@@ -159,37 +204,43 @@ pub fn weight_error(a: &Matrix, b: &Matrix) -> Option<WeightError> {
     if b.dims() != (rows, cols) || cols == 0 {
         return None;
     }
-    let block_rows = (BLOCK_VALUES / cols).max(1);
-    let mut va = Vec::new();
-    let mut vb = Vec::new();
+    let same = a.same_storage(b);
+    // Rows in parallel, each decoded on its own; a row stored with the same
+    // bytes on both sides only needs A's norm, so a re-quantisation that
+    // touched a few rows costs little more than one decode of A.
+    let per_row: Option<Vec<(f64, f64)>> = (0..rows)
+        .into_par_iter()
+        .map_init(
+            || (vec![0f32; cols], vec![0f32; cols]),
+            |(va, vb), r| {
+                a.decode(r, va)?;
+                let unchanged =
+                    same && a.row_bytes(r).is_some() && a.row_bytes(r) == b.row_bytes(r);
+                if unchanged {
+                    let s = va.iter().map(|&x| f64::from(x) * f64::from(x)).sum();
+                    return Some((0.0, s));
+                }
+                b.decode(r, vb)?;
+                Some(
+                    va.iter()
+                        .zip(vb.iter())
+                        .fold((0f64, 0f64), |(d, s), (&x, &y)| {
+                            let (x, y) = (f64::from(x), f64::from(y));
+                            (d + (y - x) * (y - x), s + x * x)
+                        }),
+                )
+            },
+        )
+        .collect();
     let (mut num, mut den) = (0f64, 0f64);
     let mut worst: Option<(usize, f64)> = None;
-    let mut r0 = 0;
-    while r0 < rows {
-        let n = block_rows.min(rows - r0);
-        va.resize(n * cols, 0f32);
-        vb.resize(n * cols, 0f32);
-        a.decode(r0, &mut va)?;
-        b.decode(r0, &mut vb)?;
-        let per_row: Vec<(f64, f64)> = va
-            .par_chunks(cols)
-            .zip(vb.par_chunks(cols))
-            .map(|(ra, rb)| {
-                ra.iter().zip(rb).fold((0f64, 0f64), |(d, s), (&x, &y)| {
-                    let (x, y) = (f64::from(x), f64::from(y));
-                    (d + (y - x) * (y - x), s + x * x)
-                })
-            })
-            .collect();
-        for (k, (d, s)) in per_row.into_iter().enumerate() {
-            num += d;
-            den += s;
-            let rel = ratio(d, s);
-            if worst.is_none_or(|(_, w)| rel > w) {
-                worst = Some((r0 + k, rel));
-            }
+    for (r, (d, s)) in per_row?.into_iter().enumerate() {
+        num += d;
+        den += s;
+        let rel = ratio(d, s);
+        if worst.is_none_or(|(_, w)| rel > w) {
+            worst = Some((r, rel));
         }
-        r0 += n;
     }
     let (row, rel) = worst.unwrap_or((0, 0.0));
     let finite = |v: f64| v.is_finite().then_some(v);
@@ -249,8 +300,13 @@ pub fn packed_codes(kind: PackedKind, cols: usize, a: &[u8], b: &[u8]) -> Option
         .fold(
             || ([0u64; 33], vec![0u8; cols], vec![0u8; cols]),
             |(mut h, mut ca, mut cb), (ra, rbb)| {
+                // Equal rows are all delta 0, without unpacking them.
+                if ra == rbb {
+                    h[DELTA0 as usize] += cols as u64;
                 // Both rows are exactly `rb` bytes, which holds `cols` codes.
-                if unpack_row(ra, bits, &mut ca).is_ok() && unpack_row(rbb, bits, &mut cb).is_ok() {
+                } else if unpack_row(ra, bits, &mut ca).is_ok()
+                    && unpack_row(rbb, bits, &mut cb).is_ok()
+                {
                     for (&x, &y) in ca.iter().zip(&cb) {
                         h[(i32::from(y) - i32::from(x) + DELTA0) as usize] += 1;
                     }
