@@ -383,3 +383,44 @@ fn audit_range_hashes_cover_nvfp4_shard_tensors() {
         assert_eq!(t["sha256"], want.as_str(), "{name}");
     }
 }
+
+#[test]
+fn range_hashes_are_exact_when_chunks_split_every_tensor() {
+    use bundlescope::audit::{self, CancelToken, Event, Options};
+    let b = TestBundle::v2();
+    let payload = fs::read(b.payload()).unwrap();
+    // 1000-byte reads: every record starts and ends inside some chunk, and
+    // large ones span many.
+    let events = std::sync::Mutex::new(Vec::new());
+    audit::run(
+        &b.dir,
+        &Options {
+            chunk_bytes: Some(1000),
+            range_hashes: true,
+        },
+        &CancelToken::default(),
+        &|e: Event| events.lock().unwrap().push(e),
+    );
+    let events = events.into_inner().unwrap();
+    let Some(Event::Opened(bundle)) = events.first() else {
+        panic!("no Opened event")
+    };
+    let mut hashed = vec![None; bundle.tensors.len()];
+    for e in &events {
+        if let Event::TensorHashed { tensor, sha256 } = e {
+            assert!(
+                hashed[*tensor].replace(sha256.clone()).is_none(),
+                "hashed twice"
+            );
+        }
+    }
+    for (t, h) in bundle.tensors.iter().zip(&hashed) {
+        match t.range() {
+            Some((s, e)) if t.alias_of.is_none() => {
+                let want = hex(&Sha256::digest(&payload[s as usize..e as usize]));
+                assert_eq!(h.as_deref(), Some(want.as_str()), "{}", t.name);
+            }
+            _ => assert!(h.is_none(), "{}", t.name),
+        }
+    }
+}
