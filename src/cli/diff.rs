@@ -90,7 +90,7 @@ fn print_human(r: &DiffReport) {
         let codes = t
             .codes
             .as_ref()
-            .map_or("-".into(), |c| format!("{:.3}%", c.changed_share * 100.0));
+            .map_or("-".into(), |c| format!("{:.4}%", c.changed_share * 100.0));
         let scales = t.scales.as_ref().map_or("-".into(), |s| {
             let g = |v: Option<f64>| opt(v, &|x| format!("{x:.4}"));
             format!(
