@@ -9,6 +9,7 @@
 pub mod app;
 pub mod audit;
 pub mod decode;
+pub mod diff;
 pub mod finding;
 pub mod format;
 pub mod mlx;

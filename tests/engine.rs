@@ -40,6 +40,7 @@ fn events_arrive_in_order_and_finish_once() {
     let b = TestBundle::v2();
     let opts = Options {
         chunk_bytes: Some(64 * 1024),
+        ..Options::default()
     };
     let events = run_collect(&b.dir, &opts, &CancelToken::default(), |_| {});
     assert!(matches!(events.first(), Some(Event::Opened(_))));
@@ -94,6 +95,7 @@ fn cancel_stops_the_audit() {
     let cancel = CancelToken::default();
     let opts = Options {
         chunk_bytes: Some(4096),
+        ..Options::default()
     };
     let events = run_collect(&b.dir, &opts, &cancel, |e| {
         if matches!(e, Event::HashProgress { .. }) {
@@ -121,6 +123,7 @@ fn spawned_audit_streams_over_the_channel_and_can_be_cancelled() {
         b.dir.clone(),
         Options {
             chunk_bytes: Some(64),
+            ..Options::default()
         },
         None,
     )
@@ -135,6 +138,7 @@ fn a_bundle_changed_during_the_audit_is_reported() {
     let touched = std::sync::atomic::AtomicBool::new(false);
     let opts = Options {
         chunk_bytes: Some(4096),
+        ..Options::default()
     };
     let events = run_collect(&b.dir, &opts, &CancelToken::default(), |e| {
         if matches!(e, Event::HashProgress { .. })
@@ -162,6 +166,7 @@ fn a_manifest_rewritten_during_the_audit_is_reported() {
     let touched = std::sync::atomic::AtomicBool::new(false);
     let opts = Options {
         chunk_bytes: Some(4096),
+        ..Options::default()
     };
     let events = run_collect(&b.dir, &opts, &CancelToken::default(), |e| {
         if matches!(e, Event::HashProgress { .. })
@@ -201,6 +206,7 @@ fn results_do_not_depend_on_chunk_size() {
                 &b.dir,
                 &Options {
                     chunk_bytes: Some(c),
+                    ..Options::default()
                 },
                 &CancelToken::default(),
                 |_| {},

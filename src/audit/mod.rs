@@ -2,6 +2,7 @@
 //! of [`Event`]s from a named worker thread. It never prints.
 
 mod pass;
+mod ranges;
 pub mod scan;
 
 use std::path::{Path, PathBuf};
@@ -79,6 +80,13 @@ pub enum Event {
         /// Histograms and statistics.
         stats: Box<TensorStats>,
     },
+    /// A tensor's byte range was hashed (only with [`Options::range_hashes`]).
+    TensorHashed {
+        /// Index into the bundle's tensors.
+        tensor: usize,
+        /// SHA-256 of exactly its `[offset, offset + bytes)` (lower-case hex).
+        sha256: String,
+    },
     /// The audit ended.
     Finished(Result<Outcome, Failure>),
 }
@@ -121,6 +129,10 @@ pub enum Failure {
 pub struct Options {
     /// Bytes per read (default 8 MiB).
     pub chunk_bytes: Option<usize>,
+    /// Also hash every tensor's byte range ([`Event::TensorHashed`]). Off by
+    /// default: the second SHA-256 stream costs a core, and the default pass
+    /// already keeps both cores of a small machine busy.
+    pub range_hashes: bool,
 }
 
 /// Where events go. Must be cheap: it is called from the pass.

@@ -11,6 +11,7 @@ use std::time::{Instant, SystemTime};
 use sha2::{Digest, Sha256};
 
 use super::checks as c;
+use super::ranges::RangeHasher;
 use super::scan::Scanner;
 use super::{CancelToken, CheckId, Event, Failure, FileStart, Finding, Options, Sink};
 use crate::format::payload::open_regular;
@@ -242,7 +243,11 @@ fn scan_file(
     let chunk = options.chunk_bytes.unwrap_or(CHUNK_BYTES).max(64);
     let started = Instant::now();
     let (to_hasher, hasher_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
-    let (back_tx, back_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
+    // Each buffer comes back once per consumer (file hasher, range hasher),
+    // so twice BUFFERS returns can be outstanding and no consumer blocks.
+    let (back_tx, back_rx) = sync_channel::<Arc<Vec<u8>>>(2 * BUFFERS);
+    let (to_ranges, ranges_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
+    let ranges_back = back_tx.clone();
     let mut offset = 0u64;
     let mut read_error = None;
     let digest = std::thread::scope(|scope| {
@@ -256,6 +261,24 @@ fn scan_file(
                 h.finalize()
             })
         })?;
+        // The range hasher is a second SHA-256 stream over the same
+        // chunks, on its own thread: only with --range-hashes, since it
+        // needs a core of its own to stay hidden under the read.
+        let to_ranges = if options.range_hashes {
+            let mut ranges = RangeHasher::new(bundle, index);
+            spawn_named(&format!("bundlescope-range-{index}"), |b| {
+                b.spawn_scoped(scope, move || {
+                    for buf in ranges_rx {
+                        ranges.feed(buf.as_slice(), emit);
+                        let _ = ranges_back.send(buf);
+                    }
+                })
+            })?;
+            Some(to_ranges)
+        } else {
+            drop((ranges_rx, ranges_back));
+            None
+        };
         let mut free: Vec<Vec<u8>> = Vec::new();
         let mut made = 0;
         let mut active: Vec<Scanner> = Vec::new();
@@ -275,9 +298,18 @@ fn scan_file(
                     made += 1;
                     vec![0u8; chunk]
                 }
-                None => match back_rx.recv().ok().and_then(Arc::into_inner) {
-                    Some(b) => b,
-                    None => vec![0u8; chunk],
+                // Wait for a buffer's last holder to give it back; one
+                // consumer's return while the other still reads is not yet
+                // free.
+                None => loop {
+                    match back_rx.recv() {
+                        Ok(b) => {
+                            if let Some(v) = Arc::into_inner(b) {
+                                break v;
+                            }
+                        }
+                        Err(_) => break vec![0u8; chunk],
+                    }
                 },
             };
             buf.resize(chunk, 0);
@@ -295,6 +327,12 @@ fn scan_file(
             let data = Arc::new(buf);
             if to_hasher.send(data.clone()).is_err() {
                 read_error = Some("the hasher thread stopped".into());
+                break;
+            }
+            if let Some(tx) = &to_ranges
+                && tx.send(data.clone()).is_err()
+            {
+                read_error = Some("the range hasher thread stopped".into());
                 break;
             }
             let (a, b) = (offset, offset + n as u64);
@@ -329,6 +367,7 @@ fn scan_file(
             });
         }
         drop(to_hasher);
+        drop(to_ranges);
         let digest = hasher.join().ok();
         if digest.is_none() && read_error.is_none() {
             // A hasher that died leaves the file unhashed: say so, never a silent pass.

@@ -16,10 +16,21 @@ pub struct Args {
     /// Print the JSON report on stdout instead of the summary.
     #[arg(long)]
     pub json: bool,
+    /// Also hash every tensor's byte range (`tensors[].sha256` in the JSON
+    /// report), in the same read, on one more core.
+    #[arg(long)]
+    pub range_hashes: bool,
 }
 
 pub fn run(a: Args) -> Result<i32> {
-    let handle = audit::spawn(a.dir.clone(), audit::Options::default(), None)?;
+    let handle = audit::spawn(
+        a.dir.clone(),
+        audit::Options {
+            range_hashes: a.range_hashes,
+            ..audit::Options::default()
+        },
+        None,
+    )?;
     let bar = progress_bar(
         "{spinner} {msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
     );

@@ -7,6 +7,7 @@ mod audit;
 mod checks;
 mod common;
 mod completions;
+mod diff;
 mod export;
 mod hist;
 mod list;
@@ -62,6 +63,9 @@ enum Command {
     Spotcheck(spotcheck::Args),
     /// Print the shell completion script (bash, zsh, fish, elvish or powershell).
     Completions(completions::Args),
+    /// Compare two bundles tensor by tensor (range hashes; changed tensors
+    /// decoded); exit 0, or 1 with --fail-on and such a difference, 2 could not run.
+    Diff(diff::Args),
 }
 
 /// Parses the command line and runs it; returns the exit code.
@@ -101,6 +105,7 @@ pub fn main() -> i32 {
         Some(Command::Export(a)) => export::run(a),
         Some(Command::Spotcheck(a)) => spotcheck::run(a),
         Some(Command::Completions(a)) => completions::run(a),
+        Some(Command::Diff(a)) => diff::run(a),
         None => open_demo_or_dir(cli.dir, cli.demo),
     };
     match result {
@@ -191,5 +196,9 @@ fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool) -> anyhow::Result<i32> {
             return Ok(EXIT_OK);
         }
     };
-    audit::run(audit::Args { dir, json: false })
+    audit::run(audit::Args {
+        dir,
+        json: false,
+        range_hashes: false,
+    })
 }

@@ -46,6 +46,10 @@ pub struct TensorRow {
     pub info: TensorInfo,
     /// Statistics from the pass (absent for aliases and broken records).
     pub stats: Option<TensorStats>,
+    /// SHA-256 of the tensor's byte range (an alias: its target's); null
+    /// when range hashes were not computed (`audit --range-hashes`) or the
+    /// range could not be read.
+    pub sha256: Option<String>,
 }
 
 /// One payload file's integrity.
@@ -181,6 +185,9 @@ pub struct ReportBuilder {
     pub progress: Vec<(u64, u64, f64)>,
     /// Per-tensor statistics, indexed like the bundle's tensors.
     pub stats: Vec<Option<TensorStats>>,
+    /// Per-tensor range hashes, indexed like the bundle's tensors (aliases
+    /// stay `None` here; the report gives them their target's).
+    pub range_hashes: Vec<Option<String>>,
     /// Set when finished.
     pub outcome: Option<Result<Outcome, Failure>>,
 }
@@ -203,6 +210,7 @@ impl ReportBuilder {
                     .collect();
                 self.progress = vec![(0, 0, 0.0); b.files.len()];
                 self.stats = vec![None; b.tensors.len()];
+                self.range_hashes = vec![None; b.tensors.len()];
                 self.bundle = Some(b.clone());
             }
             Event::Started { files, .. } => {
@@ -239,6 +247,11 @@ impl ReportBuilder {
                     *s = Some((**stats).clone());
                 }
             }
+            Event::TensorHashed { tensor, sha256 } => {
+                if let Some(h) = self.range_hashes.get_mut(*tensor) {
+                    *h = Some(sha256.clone());
+                }
+            }
             Event::Finished(r) => self.outcome = Some(r.clone()),
         }
     }
@@ -267,6 +280,10 @@ impl ReportBuilder {
             .map(|(i, t)| TensorRow {
                 info: t.clone(),
                 stats: self.stats.get(i).cloned().flatten(),
+                sha256: b
+                    .resolve_alias(i)
+                    .ok()
+                    .and_then(|r| self.range_hashes.get(r).cloned().flatten()),
             })
             .collect();
         Some(Report {

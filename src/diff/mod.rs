@@ -1,0 +1,278 @@
+//! Comparing two bundles tensor by tensor: which tensors are identical
+//! (same range hash), changed, or present on one side only, and for a
+//! changed one, how (precision, shape, dtype, codes, scales, values) and by
+//! how much in weight space.
+//!
+//! Both sides are hashed at once (one read of each payload, through the
+//! payload layer's maps, on all cores); only changed tensors are decoded.
+
+pub mod compare;
+mod tensor;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use rayon::prelude::*;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+pub use compare::{CodeDiff, ScaleDiff, WorstRow};
+
+use crate::format::{self, Bundle, OpenError, Payload, PayloadError, hex};
+
+/// Why two bundles could not be compared (the CLI exits 2).
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    /// A side could not be opened as a bundle.
+    #[error("bundle {side} could not be opened")]
+    Open {
+        /// `A` or `B`.
+        side: &'static str,
+        /// Why.
+        source: OpenError,
+    },
+    /// A side's payload bytes could not be read (missing file, a record
+    /// past the end of its file, a broken alias).
+    #[error("bundle {side} could not be read")]
+    Payload {
+        /// `A` or `B`.
+        side: &'static str,
+        /// Which file, tensor and offsets.
+        source: PayloadError,
+    },
+}
+
+/// Which bundle a side of the comparison is.
+#[derive(Debug, Clone, Serialize)]
+pub struct SideRef {
+    /// The path as given.
+    pub path: String,
+    /// Its format name.
+    pub format: String,
+}
+
+/// Tensors (by name) in each state.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Summary {
+    /// Same range hash on both sides.
+    pub identical: usize,
+    /// On both sides, with different bytes.
+    pub changed: usize,
+    /// Only in A.
+    pub only_a: usize,
+    /// Only in B.
+    pub only_b: usize,
+}
+
+/// The state of one tensor.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// On both sides, with different bytes.
+    Changed,
+    /// Only in A.
+    OnlyA,
+    /// Only in B.
+    OnlyB,
+    /// The same bytes on both sides.
+    Identical,
+}
+
+/// One side of a tensor row.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TensorSide {
+    /// Precision as the manifest names it.
+    pub precision: String,
+    /// Shape, when known.
+    pub shape: Option<Vec<u64>>,
+    /// The record's source dtype (dense) or safetensors dtype (NVFP4).
+    pub dtype: Option<String>,
+    /// SHA-256 of its byte range (an alias: its target's).
+    pub sha256: Option<String>,
+}
+
+/// One row of the comparison: a tensor, or one expert of a stacked NVFP4
+/// tensor.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TensorDiff {
+    /// Tensor name.
+    pub name: String,
+    /// Its state.
+    pub status: Status,
+    /// The expert, for a per-expert row of a stacked NVFP4 tensor.
+    pub expert: Option<u64>,
+    /// What differs, of `precision`, `shape`, `dtype`, `codes`, `scales`,
+    /// `values` (empty unless changed).
+    pub differs: Vec<&'static str>,
+    /// A's version (null when only in B).
+    pub a: Option<TensorSide>,
+    /// B's version (null when only in A).
+    pub b: Option<TensorSide>,
+    /// Code changes (same shape and precision, packed or NVFP4 weights).
+    pub codes: Option<CodeDiff>,
+    /// Scale ratios B/A (same shape and precision, packed, E4M3 or global scales).
+    pub scales: Option<ScaleDiff>,
+    /// `‖W_B − W_A‖ / ‖W_A‖` over dequantised values (same shape).
+    pub weight_rel_err: Option<f64>,
+    /// The row with the largest relative error.
+    pub worst_row: Option<WorstRow>,
+}
+
+/// The whole comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffReport {
+    /// Bundle A.
+    pub a: SideRef,
+    /// Bundle B.
+    pub b: SideRef,
+    /// Tensors by state.
+    pub summary: Summary,
+    /// Non-identical rows first, worst first; then the identical tensors in
+    /// A's order.
+    pub tensors: Vec<TensorDiff>,
+}
+
+/// One opened, hashed side.
+pub(crate) struct Side<'a> {
+    pub(crate) bundle: &'a Bundle,
+    pub(crate) payload: Payload<&'a Bundle>,
+    /// Range hash of each tensor, aliases resolved to their target's.
+    hashes: Vec<[u8; 32]>,
+    /// First index of each name.
+    names: HashMap<&'a str, usize>,
+}
+
+impl<'a> Side<'a> {
+    fn new(bundle: &'a Bundle, side: &'static str) -> Result<Self, DiffError> {
+        let payload = Payload::open(bundle);
+        let err = |source| DiffError::Payload { side, source };
+        // Every tensor's range is hashed from the mapped file on its own
+        // rayon task, so each byte is read once and all cores share the work.
+        let own: Vec<Option<[u8; 32]>> = (0..bundle.tensors.len())
+            .into_par_iter()
+            .map(|i| {
+                if bundle.tensors[i].alias_of.is_some() {
+                    return Ok(None);
+                }
+                Ok(Some(Sha256::digest(payload.tensor_bytes(i)?).into()))
+            })
+            .collect::<Result<_, PayloadError>>()
+            .map_err(err)?;
+        let hashes = (0..bundle.tensors.len())
+            .map(|i| {
+                let target = bundle.resolve_alias(i)?;
+                // resolve_alias only returns indices of real tensors, which
+                // all have a hash.
+                Ok(own.get(target).copied().flatten().unwrap_or_default())
+            })
+            .collect::<Result<_, PayloadError>>()
+            .map_err(err)?;
+        let mut names = HashMap::new();
+        for (i, t) in bundle.tensors.iter().enumerate() {
+            names.entry(t.name.as_str()).or_insert(i);
+        }
+        Ok(Self {
+            bundle,
+            payload,
+            hashes,
+            names,
+        })
+    }
+
+    /// The row side of tensor `i`.
+    pub(crate) fn describe(&self, i: usize) -> Option<TensorSide> {
+        let t = self.bundle.tensors.get(i)?;
+        Some(TensorSide {
+            precision: t.precision.as_str().to_string(),
+            shape: t.shape.clone(),
+            dtype: t.source_dtype.clone(),
+            sha256: self.hashes.get(i).map(|h| hex(h)),
+        })
+    }
+}
+
+/// Compares bundle `a` with bundle `b` (folders or their manifest.json).
+pub fn diff(a: &Path, b: &Path) -> Result<DiffReport, DiffError> {
+    let (ba, bb) = rayon::join(|| format::open(a), || format::open(b));
+    let ba = ba.map_err(|source| DiffError::Open { side: "A", source })?;
+    let bb = bb.map_err(|source| DiffError::Open { side: "B", source })?;
+    let (sa, sb) = rayon::join(|| Side::new(&ba, "A"), || Side::new(&bb, "B"));
+    let (sa, sb) = (sa?, sb?);
+
+    let mut summary = Summary::default();
+    let mut identical = Vec::new();
+    let mut changed = Vec::new();
+    let mut rows = Vec::new();
+    for (i, t) in ba.tensors.iter().enumerate() {
+        if sa.names.get(t.name.as_str()) != Some(&i) {
+            continue; // a duplicate name: the first record stands for it
+        }
+        match sb.names.get(t.name.as_str()) {
+            Some(&j) if sa.hashes[i] == sb.hashes[j] => {
+                summary.identical += 1;
+                identical.push(plain_row(&sa, &sb, i, Some(j), Status::Identical));
+            }
+            Some(&j) => {
+                summary.changed += 1;
+                changed.push((i, j));
+            }
+            None => {
+                summary.only_a += 1;
+                rows.push(plain_row(&sa, &sb, i, None, Status::OnlyA));
+            }
+        }
+    }
+    for (j, t) in bb.tensors.iter().enumerate() {
+        if sb.names.get(t.name.as_str()) == Some(&j) && !sa.names.contains_key(t.name.as_str()) {
+            summary.only_b += 1;
+            let mut row = plain_row(&sb, &sa, j, None, Status::OnlyB);
+            std::mem::swap(&mut row.a, &mut row.b);
+            rows.push(row);
+        }
+    }
+    let detailed: Vec<Vec<TensorDiff>> = changed
+        .par_iter()
+        .map(|&(i, j)| tensor::compare(&sa, &sb, i, j))
+        .collect();
+    rows.extend(detailed.into_iter().flatten());
+    rows.sort_by(|x, y| {
+        x.status
+            .cmp(&y.status)
+            // Structural changes (no error computable) first, then by error.
+            .then_with(|| match (x.weight_rel_err, y.weight_rel_err) {
+                (Some(p), Some(q)) => q.total_cmp(&p),
+                (None, Some(_)) => std::cmp::Ordering::Less,
+                (Some(_), None) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            })
+            .then_with(|| x.name.cmp(&y.name))
+            .then_with(|| x.expert.cmp(&y.expert))
+    });
+    rows.extend(identical);
+    let side_ref = |p: &Path, bundle: &Bundle| SideRef {
+        path: p.display().to_string(),
+        format: bundle.format.name().to_string(),
+    };
+    Ok(DiffReport {
+        a: side_ref(a, &ba),
+        b: side_ref(b, &bb),
+        summary,
+        tensors: rows,
+    })
+}
+
+/// A row with no detail: identical, or on one side only (`i` in `this`).
+fn plain_row(this: &Side, other: &Side, i: usize, j: Option<usize>, status: Status) -> TensorDiff {
+    TensorDiff {
+        name: this.bundle.tensors[i].name.clone(),
+        status,
+        expert: None,
+        differs: Vec::new(),
+        a: this.describe(i),
+        b: j.and_then(|j| other.describe(j)),
+        codes: None,
+        scales: None,
+        weight_rel_err: None,
+        worst_row: None,
+    }
+}
