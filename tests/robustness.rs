@@ -260,19 +260,16 @@ fn unreadable_payload_is_a_finding() {
     fs::set_permissions(b.payload(), fs::Permissions::from_mode(0o000)).unwrap();
     let args = ["audit", b.dir.to_str().unwrap(), "--json"];
     let run = if fs::File::open(b.payload()).is_ok() {
-        // Root reads through permissions (and CI runs as root): audit as
-        // `nobody` instead, which the mode 000 does stop.
-        open_to_all(b.tmp.path(), &b.dir);
-        fs::set_permissions(
-            b.dir.join("manifest.json"),
-            fs::Permissions::from_mode(0o644),
-        )
-        .unwrap();
-        match cli_as_nobody(&args) {
+        // Root reads through permissions (and CI runs as root): audit
+        // without the capabilities that allow it, which mode 000 does stop.
+        match cli_without_dac(&args) {
             Some(run) => run,
             None => {
                 assert!(
-                    require_or_skip("running the audit as `nobody` (setpriv)", false),
+                    require_or_skip(
+                        "running the audit without CAP_DAC_OVERRIDE (setpriv)",
+                        false
+                    ),
                     "unreachable"
                 );
                 return;

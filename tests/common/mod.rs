@@ -144,33 +144,24 @@ pub fn cli(args: &[&str]) -> Run {
     run_guarded(cmd, args)
 }
 
-/// Runs the real binary as the unprivileged user `nobody` (through
-/// `setpriv`), for the cases that file permissions decide and that root, as
-/// CI runs, would read through. `None` when that is not possible here.
-/// `dirs` must be made traversable first (see [`open_to_all`]).
-pub fn cli_as_nobody(args: &[&str]) -> Option<Run> {
+/// Runs the real binary as root without the capabilities that let root
+/// read through file permissions (`CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`,
+/// dropped from the bounding set by `setpriv`), for the cases that
+/// permissions decide and that CI, running as root, would read through.
+/// It stays uid 0, so the checkout's path needs no opening up. `None` when
+/// that is not possible here.
+pub fn cli_without_dac(args: &[&str]) -> Option<Run> {
     let mut cmd = Command::new("setpriv");
-    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(bin())
-        .args(args);
+    cmd.args([
+        "--bounding-set=-dac_override,-dac_read_search",
+        "--inh-caps=-dac_override,-dac_read_search",
+        "--",
+    ])
+    .arg(bin())
+    .args(args);
     let run = run_guarded(cmd, args);
-    // 126/127: setpriv or the binary could not be started as nobody.
+    // 126/127: setpriv or the binary could not be started.
     (run.code != 126 && run.code != 127 && !run.stderr.contains("setpriv:")).then_some(run)
-}
-
-/// Lets every user enter `dir` and its ancestors up to `top` (a temp folder
-/// is 0700), so a test can run the binary as `nobody`.
-#[cfg(unix)]
-pub fn open_to_all(top: &Path, dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let mut d = Some(dir);
-    while let Some(p) = d {
-        let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
-        if p == top {
-            break;
-        }
-        d = p.parent();
-    }
 }
 
 fn run_guarded(mut cmd: Command, args: &[&str]) -> Run {
