@@ -294,11 +294,19 @@ impl App {
     /// events; a background re-verify is not waited for. For tests and the
     /// headless bench.
     pub fn wait_for_audit(&mut self, timeout: Duration) -> bool {
+        self.wait_until(timeout, |app| {
+            app.poll_chores();
+            app.drain_audit(Duration::from_millis(50));
+            app.opening.audit.is_none() && app.opening.chores.is_empty()
+        })
+    }
+
+    /// Runs `step` every 2 ms until it says done (true) or `timeout` passes
+    /// (false).
+    fn wait_until(&mut self, timeout: Duration, mut step: impl FnMut(&mut Self) -> bool) -> bool {
         let end = Instant::now() + timeout;
         while Instant::now() < end {
-            self.poll_chores();
-            self.drain_audit(Duration::from_millis(50));
-            if self.opening.audit.is_none() && self.opening.chores.is_empty() {
+            if step(self) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(2));
@@ -309,30 +317,20 @@ impl App {
     /// Waits (up to `timeout`) until the background re-verify has finished
     /// and been applied. For tests.
     pub fn wait_for_reverify(&mut self, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
-        while Instant::now() < end {
-            self.drain_reverify(Duration::from_millis(50));
-            if self.opening.reverify.is_none() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        false
+        self.wait_until(timeout, |app| {
+            app.drain_reverify(Duration::from_millis(50));
+            app.opening.reverify.is_none()
+        })
     }
 
     /// Waits (up to `timeout`) until background writes (the cache, a saved
     /// report) are done. For tests.
     pub fn wait_for_writes(&mut self, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
-        while Instant::now() < end {
-            self.stores_poll();
-            self.poll_chores();
-            if self.opening.stores.is_empty() && self.opening.chores.is_empty() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        false
+        self.wait_until(timeout, |app| {
+            app.stores_poll();
+            app.poll_chores();
+            app.opening.stores.is_empty() && app.opening.chores.is_empty()
+        })
     }
 
     /// Waits (up to `timeout`) until the running spot check has finished

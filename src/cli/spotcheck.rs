@@ -123,20 +123,13 @@ fn one(bundle: &Bundle, name: &str, opts: &Options) -> Result<Report> {
         .ok_or_else(|| anyhow!("the bundle has no tensor or alias named {name:?}"))?;
     let (device, mlx_version) = spotcheck::mlx_info(opts.device)?;
     let results = spotcheck::run_tensor(bundle, index, opts)?;
-    let passed = results.iter().filter(|r| r.pass).count();
-    Ok(Report {
+    let info = spotcheck::RunInfo {
         device,
         mlx_version,
-        bundle: bundle.dir.clone(),
-        reference_dir: opts.reference.as_ref().map(|r| r.path().to_path_buf()),
-        seed: opts.seed,
-        failed: results.len() - passed,
-        passed,
-        results,
-        skipped: Vec::new(),
+        start,
         cancelled: false,
-        duration_s: start.elapsed().as_secs_f64(),
-    })
+    };
+    Ok(Report::new(bundle, opts, info, results, Vec::new()))
 }
 
 fn all(bundle: &Bundle, opts: &Options) -> Result<Report, SpotError> {

@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use super::{f16_to_f32, halves_to_f32};
+use super::halves_to_f32;
 use crate::format::{DenseDtype, PackedKind};
 
 /// Codes per scale group in every audio8 packed tensor.
@@ -172,17 +172,30 @@ pub fn dequantize_packed(
 }
 
 /// One row; the caller has sized every slice (whole groups throughout).
+/// The scales are converted a block at a time through `half`'s slice
+/// conversion (F16C where the CPU has it): one call per group would pay
+/// its feature check 64 codes at a time.
 fn dequantize_row(kind: PackedKind, codes: &[u8], scales: &[u8], out: &mut [f32]) {
+    const BLOCK: usize = 256;
     let group_bytes = GROUP / 8 * kind.bits() as usize;
+    let mut converted = [0f32; BLOCK];
     for ((o, c), s) in out
-        .chunks_exact_mut(GROUP)
-        .zip(codes.chunks_exact(group_bytes))
-        .zip(scales.chunks_exact(2))
+        .chunks_mut(GROUP * BLOCK)
+        .zip(codes.chunks(group_bytes * BLOCK))
+        .zip(scales.chunks(2 * BLOCK))
     {
-        let lut = levels(kind, u16::from_le_bytes([s[0], s[1]]));
-        match kind.bits() {
-            4 => group4(c, &lut, o),
-            _ => group3(c, &lut, o),
+        let f = &mut converted[..s.len() / 2];
+        halves_to_f32(false, s, f);
+        for ((o, c), &scale) in o
+            .chunks_exact_mut(GROUP)
+            .zip(c.chunks_exact(group_bytes))
+            .zip(f.iter())
+        {
+            let lut = levels(kind, scale);
+            match kind.bits() {
+                4 => group4(c, &lut, o),
+                _ => group3(c, &lut, o),
+            }
         }
     }
 }
@@ -190,8 +203,7 @@ fn dequantize_row(kind: PackedKind, codes: &[u8], scales: &[u8], out: &mut [f32]
 /// The f32 value of every code `0..16` for one scale. A table per group is
 /// both faster than a multiply per element and the same arithmetic.
 #[inline]
-fn levels(kind: PackedKind, scale: u16) -> [f32; 16] {
-    let scale = f16_to_f32(scale);
+fn levels(kind: PackedKind, scale: f32) -> [f32; 16] {
     let z = kind.zero();
     let mut lut = [0f32; 16];
     for (c, v) in (0i32..).zip(lut.iter_mut()) {
@@ -256,7 +268,7 @@ fn dense_chunk(dtype: DenseDtype, bytes: &[u8], out: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decode::{f32_to_bf16, f32_to_f16, pack_row};
+    use crate::decode::{f16_to_f32, f32_to_bf16, f32_to_f16, pack_row};
 
     const KINDS: [PackedKind; 3] = [PackedKind::Q3, PackedKind::Q3Full8, PackedKind::Q4];
 

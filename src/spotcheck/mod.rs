@@ -252,6 +252,45 @@ pub struct Report {
     pub duration_s: f64,
 }
 
+/// What a run found out about MLX and how it ended, besides its results.
+pub struct RunInfo {
+    /// The device MLX ran on.
+    pub device: String,
+    /// MLX's version.
+    pub mlx_version: String,
+    /// When the run began.
+    pub start: Instant,
+    /// Stopped early by the cancel token.
+    pub cancelled: bool,
+}
+
+impl Report {
+    /// The report of a run over `bundle` with `opts`: counts the passes and
+    /// failures of `results` and times the run from `info.start`.
+    pub fn new(
+        bundle: &Bundle,
+        opts: &Options,
+        info: RunInfo,
+        results: Vec<SpotResult>,
+        skipped: Vec<Skipped>,
+    ) -> Self {
+        let passed = results.iter().filter(|r| r.pass).count();
+        Report {
+            device: info.device,
+            mlx_version: info.mlx_version,
+            bundle: bundle.dir.clone(),
+            reference_dir: opts.reference.as_ref().map(|r| r.path().to_path_buf()),
+            seed: opts.seed,
+            failed: results.len() - passed,
+            passed,
+            results,
+            skipped,
+            cancelled: info.cancelled,
+            duration_s: info.start.elapsed().as_secs_f64(),
+        }
+    }
+}
+
 impl SpotResult {
     /// What was checked: `matmul`, `embedding` or `expert E`.
     pub fn check_label(&self) -> String {
@@ -483,20 +522,13 @@ pub fn run_all(
         total: plan.len(),
         tensor: "",
     });
-    let passed = results.iter().filter(|r| r.pass).count();
-    Ok(Report {
+    let info = RunInfo {
         device,
         mlx_version,
-        bundle: bundle.dir.clone(),
-        reference_dir: opts.reference.as_ref().map(|r| r.path().to_path_buf()),
-        seed: opts.seed,
-        failed: results.len() - passed,
-        passed,
-        results,
-        skipped,
+        start,
         cancelled,
-        duration_s: start.elapsed().as_secs_f64(),
-    })
+    };
+    Ok(Report::new(bundle, opts, info, results, skipped))
 }
 
 /// Every check of tensor `index` (an alias checks its target): its matmul
