@@ -167,6 +167,12 @@ impl App {
         &self.spot
     }
 
+    /// The spot-check state, to change its settings (rows of `x`, dtype) as
+    /// the panel's controls do.
+    pub fn spot_mut(&mut self) -> &mut SpotView {
+        &mut self.spot
+    }
+
     /// Recently opened bundles, newest first.
     pub fn recent(&self) -> &[PathBuf] {
         self.recent.paths()
