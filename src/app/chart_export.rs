@@ -167,7 +167,11 @@ fn file_name(name: &str) -> String {
 
 /// Encodes and writes the picture unless `out` lies inside the bundle's
 /// folder (the app never writes there).
-fn write_png(bundle: Option<&PathBuf>, out: &std::path::Path, image: &ColorImage) -> Result<String, String> {
+fn write_png(
+    bundle: Option<&PathBuf>,
+    out: &std::path::Path,
+    image: &ColorImage,
+) -> Result<String, String> {
     use crate::util::paths::{bundle_folder, is_inside};
     if let Some(folder) = bundle.and_then(|b| bundle_folder(b))
         && is_inside(out, &folder)
@@ -220,7 +224,10 @@ impl App {
         if let Some((shot, image, ppp)) = delivered {
             match crop(&image, shot.rect, ppp) {
                 None => self.set_notice(
-                    format!("the {} chart is not on screen; scroll to it and try again", shot.name),
+                    format!(
+                        "the {} chart is not on screen; scroll to it and try again",
+                        shot.name
+                    ),
                     true,
                 ),
                 Some(picture) => self.deliver_chart(shot, picture),
@@ -331,7 +338,14 @@ mod tests {
         // A picture whose pixel count disagrees with its size is refused.
         let mut bad = gradient();
         bad.pixels.pop();
-        assert!(crop(&bad, Rect::from_min_max(pos2(0.0, 0.0), pos2(4.0, 4.0)), 1.0).is_none());
+        assert!(
+            crop(
+                &bad,
+                Rect::from_min_max(pos2(0.0, 0.0), pos2(4.0, 4.0)),
+                1.0
+            )
+            .is_none()
+        );
     }
 
     /// Reads a PNG back with the `png` crate itself, not through `image`.
@@ -350,7 +364,12 @@ mod tests {
     #[test]
     fn the_crop_encodes_to_a_png_with_the_same_pixels() {
         let img = gradient();
-        let c = crop(&img, Rect::from_min_max(pos2(3.0, 4.0), pos2(9.0, 8.0)), 1.0).unwrap();
+        let c = crop(
+            &img,
+            Rect::from_min_max(pos2(3.0, 4.0), pos2(9.0, 8.0)),
+            1.0,
+        )
+        .unwrap();
         let bytes = encode_png(&c).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
         let (w, h, rgba) = decode(&bytes);
@@ -366,15 +385,24 @@ mod tests {
     #[test]
     fn translucent_pixels_are_written_unmultiplied() {
         // Colour32 is premultiplied; PNG wants straight alpha.
-        let c = ColorImage::new([1, 1], vec![Color32::from_rgba_unmultiplied(200, 100, 0, 128)]);
+        let c = ColorImage::new(
+            [1, 1],
+            vec![Color32::from_rgba_unmultiplied(200, 100, 0, 128)],
+        );
         let (_, _, rgba) = decode(&encode_png(&c).unwrap());
         assert_eq!(rgba[3], 128);
-        assert!(rgba[0].abs_diff(200) <= 2 && rgba[1].abs_diff(100) <= 2, "{rgba:?}");
+        assert!(
+            rgba[0].abs_diff(200) <= 2 && rgba[1].abs_diff(100) <= 2,
+            "{rgba:?}"
+        );
     }
 
     #[test]
     fn file_names_are_plain() {
         assert_eq!(file_name("E2M1 codes"), "bundlescope-E2M1-codes.png");
-        assert_eq!(file_name("layer × expert map"), "bundlescope-layer---expert-map.png");
+        assert_eq!(
+            file_name("layer × expert map"),
+            "bundlescope-layer---expert-map.png"
+        );
     }
 }

@@ -108,7 +108,9 @@ fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts, tx: &mut Commands) {
                 String::new()
             }
         });
-    exportable(ui, "codes", tx, |ui, _| plot.show(ui, |p| p.bar_chart(chart)));
+    exportable(ui, "codes", tx, |ui, _| {
+        plot.show(ui, |p| p.bar_chart(chart))
+    });
 }
 
 fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {

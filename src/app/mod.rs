@@ -37,8 +37,8 @@ pub use quality::{QualityPanel, QualitySort, quality_rows};
 pub use session::{FileState, LogRow, RowStatus, Session};
 pub use spotcheck::{JobKind, SpotView};
 pub use tensors::{SortColumn, TablePanel, TableView};
-pub use window::{date_at, local_date};
 pub use welcome::READS;
+pub use window::{date_at, local_date};
 
 use commands::Dialog;
 use stream::StreamPanel;

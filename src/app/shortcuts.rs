@@ -92,7 +92,12 @@ pub const SHORTCUTS: &[Shortcut] = &[
         true,
         "Close the bundle (back to the welcome screen)",
     ),
-    row(Action::Find, cmd(Key::F), true, "Filter the tensors by name"),
+    row(
+        Action::Find,
+        cmd(Key::F),
+        true,
+        "Filter the tensors by name",
+    ),
     row(
         Action::SpotCheckAll,
         KeyboardShortcut::new(Modifiers::COMMAND.plus(Modifiers::SHIFT), Key::K),
@@ -111,15 +116,30 @@ pub const SHORTCUTS: &[Shortcut] = &[
         false,
         "Copy the selected tensor's name",
     ),
-    row(Action::TabTensors, cmd(Key::Num1), true, "Show the Tensors tab"),
-    row(Action::TabQuality, cmd(Key::Num2), true, "Show the Quality tab"),
+    row(
+        Action::TabTensors,
+        cmd(Key::Num1),
+        true,
+        "Show the Tensors tab",
+    ),
+    row(
+        Action::TabQuality,
+        cmd(Key::Num2),
+        true,
+        "Show the Quality tab",
+    ),
     row(
         Action::TabSpotChecks,
         cmd(Key::Num3),
         true,
         "Show the Spot checks tab",
     ),
-    row(Action::Next, plain(Key::ArrowDown), true, "Select the next tensor"),
+    row(
+        Action::Next,
+        plain(Key::ArrowDown),
+        true,
+        "Select the next tensor",
+    ),
     row(
         Action::Previous,
         plain(Key::ArrowUp),
@@ -214,7 +234,8 @@ pub(super) fn overlay_ui(ctx: &egui::Context) -> bool {
             RichText::new("Every chart has a PNG menu: copy it or save it for a review.").weak(),
         );
         ui.add_space(4.0);
-        ui.vertical_centered(|ui| ui.button("Close").clicked()).inner
+        ui.vertical_centered(|ui| ui.button("Close").clicked())
+            .inner
     });
     modal.inner || modal.should_close()
 }

@@ -198,26 +198,26 @@ pub(super) fn stream_ui(
     }
     let panel = &*panel;
     area.show_rows(ui, row_h, count, |ui, range| {
-            for k in range {
-                let Some(r) = panel.line(order, k).and_then(|i| s.log.get(i)) else {
-                    continue;
+        for k in range {
+            let Some(r) = panel.line(order, k).and_then(|i| s.log.get(i)) else {
+                continue;
+            };
+            ui.horizontal(|ui| {
+                let (mark, color) = match r.severity {
+                    None => ("✔", egui::Color32::from_rgb(0x2e, 0xa0, 0x4e)),
+                    Some(Severity::Error) => ("✖", ui.visuals().error_fg_color),
+                    Some(Severity::Warning) => ("⚠", ui.visuals().warn_fg_color),
+                    Some(Severity::Info) => ("ℹ", ui.visuals().text_color()),
                 };
-                ui.horizontal(|ui| {
-                    let (mark, color) = match r.severity {
-                        None => ("✔", egui::Color32::from_rgb(0x2e, 0xa0, 0x4e)),
-                        Some(Severity::Error) => ("✖", ui.visuals().error_fg_color),
-                        Some(Severity::Warning) => ("⚠", ui.visuals().warn_fg_color),
-                        Some(Severity::Info) => ("ℹ", ui.visuals().text_color()),
-                    };
-                    ui.label(RichText::new(mark).color(color));
-                    ui.label(RichText::new(r.check.as_str()).monospace());
-                    if let Some(t) = &r.tensor {
-                        ui.label(RichText::new(t).weak());
-                    }
-                    if let Some(m) = &r.message {
-                        ui.label(m);
-                    }
-                });
-            }
-        });
+                ui.label(RichText::new(mark).color(color));
+                ui.label(RichText::new(r.check.as_str()).monospace());
+                if let Some(t) = &r.tensor {
+                    ui.label(RichText::new(t).weak());
+                }
+                if let Some(m) = &r.message {
+                    ui.label(m);
+                }
+            });
+        }
+    });
 }

@@ -109,7 +109,10 @@ impl App {
 /// so this runs on the job that loads the cache, not in a frame.
 pub fn local_date(utc: &str) -> String {
     match parse_utc(utc) {
-        Some(t) => t.with_timezone(&chrono::Local).format(LOCAL_FORMAT).to_string(),
+        Some(t) => t
+            .with_timezone(&chrono::Local)
+            .format(LOCAL_FORMAT)
+            .to_string(),
         None => utc.to_string(),
     }
 }
@@ -160,6 +163,9 @@ mod tests {
     #[test]
     fn the_title_names_the_folder_not_the_manifest() {
         assert_eq!(display_name(Path::new("/x/my-bundle")), "my-bundle");
-        assert_eq!(display_name(Path::new("/x/my-bundle/manifest.json")), "my-bundle");
+        assert_eq!(
+            display_name(Path::new("/x/my-bundle/manifest.json")),
+            "my-bundle"
+        );
     }
 }

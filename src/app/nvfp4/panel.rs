@@ -266,13 +266,7 @@ fn nice_step(span: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-fn globals_ui(
-    ui: &mut egui::Ui,
-    view: &mut Nvfp4View,
-    id: &str,
-    g: &[f64],
-    tx: &mut Commands,
-) {
+fn globals_ui(ui: &mut egui::Ui, view: &mut Nvfp4View, id: &str, g: &[f64], tx: &mut Commands) {
     let bad = g.iter().filter(|v| !(v.is_finite() && **v > 0.0)).count();
     let (lo, hi) = finite_range(g.iter().copied());
     ui.label(
@@ -329,13 +323,7 @@ fn globals_ui(
     }
 }
 
-fn codes_ui(
-    ui: &mut egui::Ui,
-    id: &str,
-    h: &[u64],
-    expert: Option<usize>,
-    tx: &mut Commands,
-) {
+fn codes_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>, tx: &mut Commands) {
     let total: u64 = h.iter().sum();
     ui.label(
         RichText::new(format!(
@@ -367,8 +355,10 @@ fn codes_ui(
     let plot = fixed_plot(format!("{id}-codes"), 140.0, 1.0, |c| {
         E2M1_LABELS.get(c).map_or(String::new(), |l| l.to_string())
     });
-    exportable(ui, "E2M1 codes", tx, |ui, _| plot.show(ui, |p| p.bar_chart(chart)))
-        .response
+    exportable(ui, "E2M1 codes", tx, |ui, _| {
+        plot.show(ui, |p| p.bar_chart(chart))
+    })
+    .response
     .widget_info(|| {
         // The bars, for screen readers (and tests): the plot paints its text.
         let bars: Vec<String> = E2M1_LABELS
@@ -384,13 +374,7 @@ fn codes_ui(
     });
 }
 
-fn e4m3_ui(
-    ui: &mut egui::Ui,
-    id: &str,
-    h: &[u64],
-    expert: Option<usize>,
-    tx: &mut Commands,
-) {
+fn e4m3_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>, tx: &mut Commands) {
     if h.len() != 256 {
         ui.label(
             RichText::new("the E4M3 histogram is malformed").color(ui.visuals().error_fg_color),
@@ -457,5 +441,7 @@ fn e4m3_ui(
             Err(_) => String::new(),
         },
     );
-    exportable(ui, "E4M3 scales", tx, |ui, _| plot.show(ui, |p| p.bar_chart(chart)));
+    exportable(ui, "E4M3 scales", tx, |ui, _| {
+        plot.show(ui, |p| p.bar_chart(chart))
+    });
 }
