@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use egui::{ColorImage, Rect};
 
@@ -40,6 +41,8 @@ pub struct ChartShot {
 /// Frames to wait after the click before the screenshot: the menu closes
 /// at the end of the click's frame and is gone from the next one.
 const SETTLE_FRAMES: u8 = 2;
+/// How long the window may take to deliver the screenshot.
+const DELIVERY_LIMIT: Duration = Duration::from_secs(5);
 
 type Delivered = (ChartShot, Arc<ColorImage>, f32);
 
@@ -48,6 +51,8 @@ type Delivered = (ChartShot, Arc<ColorImage>, f32);
 pub(super) struct ChartExport {
     /// A request waiting for the screen to settle, and frames left.
     waiting: Option<(ChartShot, u8)>,
+    /// When the screenshot was asked for, until it arrives.
+    asked: Option<Instant>,
     /// Where the screenshot callback leaves the picture (it runs on the
     /// integration's side, after the frame is painted).
     inbox: Arc<Mutex<Option<Delivered>>>,
@@ -60,6 +65,7 @@ impl ChartExport {
     /// Is an export waiting for its screenshot or being saved?
     pub(super) fn busy(&self) -> bool {
         self.waiting.is_some()
+            || self.asked.is_some()
             || !self.saves.is_empty()
             || self.inbox.lock().map(|s| s.is_some()).unwrap_or(false)
     }
@@ -196,6 +202,16 @@ impl App {
     /// Once a frame: counts the waiting request down and asks for the
     /// screenshot when it is due.
     pub(super) fn chart_export_tick(&mut self, ctx: &egui::Context) {
+        if let Some(asked) = self.charts.asked {
+            // The integration answers after painting a frame; keep frames
+            // coming until it has (its wake-up can be lost between frames).
+            if asked.elapsed() > DELIVERY_LIMIT {
+                self.charts.asked = None;
+                self.set_notice("the window did not deliver a picture of the chart", true);
+            } else {
+                ctx.request_repaint_after(Duration::from_millis(15));
+            }
+        }
         let Some((shot, left)) = self.charts.waiting.take() else {
             return;
         };
@@ -204,6 +220,7 @@ impl App {
             ctx.request_repaint();
             return;
         }
+        self.charts.asked = Some(Instant::now());
         let inbox = self.charts.inbox.clone();
         let wake = ctx.clone();
         let ppp = ctx.pixels_per_point();
@@ -222,6 +239,7 @@ impl App {
     pub(super) fn poll_chart_export(&mut self) {
         let delivered = self.charts.inbox.lock().ok().and_then(|mut s| s.take());
         if let Some((shot, image, ppp)) = delivered {
+            self.charts.asked = None;
             match crop(&image, shot.rect, ppp) {
                 None => self.set_notice(
                     format!(

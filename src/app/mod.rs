@@ -257,6 +257,8 @@ impl App {
                 Action::TabQuality => tx.send(Command::ShowTab(CentralTab::Quality)),
                 Action::TabSpotChecks => tx.send(Command::ShowTab(CentralTab::SpotChecks)),
                 Action::Help => tx.send(Command::ShowOverlay(menu::Overlay::Shortcuts)),
+                // Handled by their panel (`pressed` does not return them).
+                Action::PreviousExpert | Action::NextExpert => {}
             }
         }
     }

@@ -35,6 +35,10 @@ pub enum Action {
     TabSpotChecks,
     /// Show the list of shortcuts.
     Help,
+    /// The NVFP4 panel's previous expert.
+    PreviousExpert,
+    /// The NVFP4 panel's next expert.
+    NextExpert,
 }
 
 /// One row of the table.
@@ -50,6 +54,9 @@ pub struct Shortcut {
     pub while_typing: bool,
     /// What the overlay says.
     pub what: &'static str,
+    /// The panel that handles it while shown (`None`: the window does,
+    /// everywhere).
+    pub panel: Option<&'static str>,
 }
 
 const fn cmd(key: Key) -> KeyboardShortcut {
@@ -71,6 +78,17 @@ const fn row(
         keys,
         while_typing,
         what,
+        panel: None,
+    }
+}
+
+const fn in_panel(action: Action, key: Key, panel: &'static str, what: &'static str) -> Shortcut {
+    Shortcut {
+        action,
+        keys: plain(key),
+        while_typing: false,
+        what,
+        panel: Some(panel),
     }
 }
 
@@ -158,6 +176,18 @@ pub const SHORTCUTS: &[Shortcut] = &[
         true,
         "Close this list or About; otherwise clear the tensor filter",
     ),
+    in_panel(
+        Action::PreviousExpert,
+        Key::OpenBracket,
+        "NVFP4 experts",
+        "Previous expert",
+    ),
+    in_panel(
+        Action::NextExpert,
+        Key::CloseBracket,
+        "NVFP4 experts",
+        "Next expert",
+    ),
 ];
 
 /// The table's row for `action` (every action has one; a test checks).
@@ -193,7 +223,7 @@ pub fn pressed(ctx: &egui::Context, typing: bool) -> Vec<Action> {
     let mut out = Vec::new();
     ctx.input_mut(|i| {
         for s in SHORTCUTS {
-            if typing && !s.while_typing {
+            if (typing && !s.while_typing) || s.panel.is_some() {
                 continue;
             }
             let fired = if s.keys.modifiers.is_none() {
@@ -212,6 +242,13 @@ pub fn pressed(ctx: &egui::Context, typing: bool) -> Vec<Action> {
     out
 }
 
+/// For a panel's own shortcut: consumes its keys when pressed (and no
+/// text field has the keyboard).
+pub fn consume(ctx: &egui::Context, action: Action) -> bool {
+    let keys = shortcut(action);
+    !ctx.text_edit_focused() && ctx.input_mut(|i| i.consume_key(keys.modifiers, keys.logical_key))
+}
+
 /// Draws the `?` overlay's list; true when it should close.
 pub(super) fn overlay_ui(ctx: &egui::Context) -> bool {
     let modal = egui::Modal::new(egui::Id::unique("shortcuts-overlay")).show(ctx, |ui| {
@@ -225,7 +262,10 @@ pub(super) fn overlay_ui(ctx: &egui::Context) -> bool {
             .show(ui, |ui| {
                 for s in SHORTCUTS {
                     ui.label(RichText::new(keys_text(ctx, &s.keys)).monospace().strong());
-                    ui.label(s.what);
+                    match s.panel {
+                        Some(p) => ui.label(format!("{} ({p})", s.what)),
+                        None => ui.label(s.what),
+                    };
                     ui.end_row();
                 }
             });
@@ -262,6 +302,8 @@ mod tests {
             TabQuality,
             TabSpotChecks,
             Help,
+            PreviousExpert,
+            NextExpert,
         ];
         for a in all {
             assert_eq!(

@@ -2,13 +2,14 @@
 //! chart and the code and scale histograms; the table and the map have
 //! their own modules.
 
-use egui::{Key, Modifiers, RichText};
+use egui::RichText;
 use egui_plot::{Bar, BarChart, Plot};
 
 use super::heatmap::heat_ui;
 use super::table::table_ui;
 use super::{BAR, Nvfp4View, PICKED, finite_range, short_number};
 use crate::app::chart_export::chart_ui as exportable;
+use crate::app::shortcuts::{self, Action};
 use crate::app::{Command, Commands, RowStatus, Session};
 use crate::decode::nvfp4::{E2M1_LABELS, e4m3, e4m3_is_nan};
 use crate::decode::stats::TensorStats;
@@ -179,14 +180,13 @@ fn picker_ui(ui: &mut egui::Ui, view: &mut Nvfp4View, experts: usize) {
     let pos = view.expert.map_or(0, |e| e + 1);
     let mut next = pos;
     if !ui.ctx().egui_wants_keyboard_input() {
-        ui.input_mut(|i| {
-            if i.consume_key(Modifiers::NONE, Key::OpenBracket) {
-                next = next.saturating_sub(1);
-            }
-            if i.consume_key(Modifiers::NONE, Key::CloseBracket) {
-                next = (next + 1).min(experts);
-            }
-        });
+        // The keys come from the app's one table (the `?` overlay lists them).
+        if shortcuts::consume(ui.ctx(), Action::PreviousExpert) {
+            next = next.saturating_sub(1);
+        }
+        if shortcuts::consume(ui.ctx(), Action::NextExpert) {
+            next = (next + 1).min(experts);
+        }
     }
     let text = |p: usize| match p {
         0 => "all experts".to_string(),
