@@ -56,7 +56,7 @@ fn menu_click(g: &mut Gui, menu: &str, item: &str) {
     let node = g
         .harness
         .get_all_by_role(Role::Button)
-        .find(|n| label(&n).is_some_and(|l| l.starts_with(item)))
+        .find(|n| label(n).is_some_and(|l| l.starts_with(item)))
         .unwrap_or_else(|| panic!("no item {item:?} in {menu}"));
     node.click();
     g.harness.run_steps(3);
@@ -103,7 +103,7 @@ fn the_file_menu_opens_saves_and_closes_by_label() {
     g.harness.run_steps(2);
     g.harness
         .get_all_by_role(Role::Button)
-        .find(|n| label(&n).is_some_and(|l| l.starts_with("Open Recent")))
+        .find(|n| label(n).is_some_and(|l| l.starts_with("Open Recent")))
         .unwrap()
         .hover();
     g.harness.run_steps(3);
@@ -125,7 +125,7 @@ fn the_file_menu_opens_saves_and_closes_by_label() {
         let n = g
             .harness
             .get_all_by_role(Role::Button)
-            .find(|n| label(&n).is_some_and(|l| l.starts_with(item)))
+            .find(|n| label(n).is_some_and(|l| l.starts_with(item)))
             .unwrap();
         assert!(
             n.accesskit_node().is_disabled(),
@@ -145,7 +145,7 @@ fn the_view_menu_switches_tabs_and_theme_and_help_shows_about() {
     assert!(quality.ends_with(&shortcut_text(&g, Action::TabQuality)));
     g.harness
         .get_all_by_role(Role::Button)
-        .find(|n| label(&n).is_some_and(|l| l == quality))
+        .find(|n| label(n).is_some_and(|l| l == quality))
         .unwrap()
         .click();
     g.harness.run_steps(3);
