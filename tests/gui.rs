@@ -149,7 +149,13 @@ fn a_corrupted_bundle_marks_its_tensor_and_shows_the_finding() {
     g.send(Command::SortTable(SortColumn::Status, true));
     g.harness.run_steps(2);
     assert_eq!(g.app().rows().first(), Some(&i));
-    g.harness.get_by_label(name).click();
+    // The check log lists the error (and its tensor) first too: click the
+    // table's row, the topmost.
+    g.harness
+        .get_all_by_label(name)
+        .min_by(|a, b| a.rect().top().total_cmp(&b.rect().top()))
+        .unwrap()
+        .click();
     g.harness.run_steps(2);
     assert_eq!(g.app().selected(), Some(i));
     assert!(shows(&g.harness, "scales are not finite and > 0"));

@@ -46,6 +46,20 @@ pub enum Command {
     SetReference(PathBuf),
     /// Forget the reference checkpoint (and the results measured with it).
     ClearReference,
+    /// Close the open bundle (back to the welcome screen).
+    Close,
+    /// Show this central tab.
+    ShowTab(CentralTab),
+    /// Show this tab of the right-hand panel.
+    ShowSide(SideTab),
+    /// Use this theme (View → Theme).
+    SetTheme(egui::ThemePreference),
+    /// Show the shortcuts list or About.
+    ShowOverlay(super::Overlay),
+    /// Select the first tensor with an error and scroll the table to it.
+    ShowFirstError,
+    /// Copy or save a chart as PNG.
+    ExportChart(super::ChartShot),
 }
 
 /// The queue panels push commands into: the only way a panel changes what
@@ -133,9 +147,12 @@ impl App {
                     Chore::Demo(crate::sample::demo_bundle().map_err(|e| format!("{e:#}")))
                 }),
                 Command::OpenDialog => self.start_dialog(DialogKind::Open),
+                Command::SaveReportDialog if !self.audited() => {
+                    self.set_notice("nothing audited yet: no report to save", false)
+                }
                 Command::SaveReportDialog => self.start_dialog(DialogKind::Save),
                 Command::Reverify => {
-                    if let Some(s) = &self.session {
+                    if let Some(s) = self.session.as_ref().filter(|_| self.audited()) {
                         let p = s.path.clone();
                         self.open(p, false);
                     }
@@ -181,6 +198,13 @@ impl App {
                     self.central = CentralTab::SpotChecks;
                 }
                 Command::ClearReference => self.spot.clear_reference(),
+                Command::Close => self.close(),
+                Command::ShowTab(tab) => self.central = tab,
+                Command::ShowSide(tab) => self.side = tab,
+                Command::SetTheme(t) => self.theme = t,
+                Command::ShowOverlay(o) => self.show_overlay(o),
+                Command::ShowFirstError => self.show_first_error(),
+                Command::ExportChart(shot) => self.export_chart(shot),
             }
         }
     }

@@ -73,13 +73,13 @@ pub(super) fn detail_ui(
     }
     if let Some(stats) = s.model.stats.get(i).and_then(Option::as_ref) {
         ui.add_space(6.0);
-        super::histograms::stats_ui(ui, &format!("t{i}"), stats);
+        super::histograms::stats_ui(ui, &format!("t{i}"), stats, tx);
     } else if let Ok(target) = b.resolve_alias(i)
         && target != i
         && let Some(stats) = s.model.stats.get(target).and_then(Option::as_ref)
     {
         ui.add_space(6.0);
-        super::histograms::stats_ui(ui, &format!("t{target}"), stats);
+        super::histograms::stats_ui(ui, &format!("t{target}"), stats, tx);
     }
     ui.add_space(6.0);
     ui.label(RichText::new("Record").strong());

@@ -4,20 +4,22 @@
 use egui::{Color32, RichText};
 use egui_plot::{Bar, BarChart, Plot};
 
+use super::Commands;
+use super::chart_export::chart_ui as exportable;
 use crate::decode::stats::{CodeCounts, ScaleSummary, TensorStats, ValueSummary};
 
 const BAR: Color32 = Color32::from_rgb(0x3b, 0x82, 0xc4);
 
-/// Draws every chart the tensor's statistics allow.
-pub fn stats_ui(ui: &mut egui::Ui, id: &str, stats: &TensorStats) {
+/// Draws every chart the tensor's statistics allow (each with its PNG menu).
+pub fn stats_ui(ui: &mut egui::Ui, id: &str, stats: &TensorStats, tx: &mut Commands) {
     if let Some(c) = &stats.codes {
-        codes_ui(ui, id, c);
+        codes_ui(ui, id, c, tx);
     }
     if let Some(s) = &stats.scales {
-        scales_ui(ui, id, s);
+        scales_ui(ui, id, s, tx);
     }
     if let Some(v) = &stats.values {
-        values_ui(ui, id, v);
+        values_ui(ui, id, v, tx);
     }
     if let Some(q) = &stats.quality {
         egui::Grid::new(format!("{id}-quality"))
@@ -60,7 +62,7 @@ pub fn stats_ui(ui: &mut egui::Ui, id: &str, stats: &TensorStats) {
     }
 }
 
-fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts) {
+fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts, tx: &mut Commands) {
     let total = c.total().max(1) as f64;
     ui.label(RichText::new("Codes").strong())
         .on_hover_text("One bar per stored code; the axis shows its level (code − zero point)");
@@ -91,7 +93,7 @@ fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts) {
         )
     }));
     let zero = c.zero;
-    Plot::new(format!("{id}-codes"))
+    let plot = Plot::new(format!("{id}-codes"))
         .height(150.0)
         .allow_zoom(false)
         .allow_drag(false)
@@ -105,11 +107,13 @@ fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts) {
             } else {
                 String::new()
             }
-        })
-        .show(ui, |p| p.bar_chart(chart));
+        });
+    exportable(ui, "codes", tx, |ui, _| {
+        plot.show(ui, |p| p.bar_chart(chart))
+    });
 }
 
-fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary) {
+fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {
     ui.label(RichText::new("Scales").strong())
         .on_hover_text("Half-octave bins, log2 axis");
     ui.label(
@@ -144,17 +148,19 @@ fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary) {
     let log_axis = |mark: egui_plot::GridMark, _: &std::ops::RangeInclusive<f64>| {
         format!("2^{:.1}", mark.value)
     };
-    chart_ui(
-        ui,
-        &format!("{id}-scales"),
-        "scales",
-        bars,
-        total,
-        Some(Box::new(log_axis)),
-    );
+    exportable(ui, "scales", tx, |ui, _| {
+        chart_ui(
+            ui,
+            &format!("{id}-scales"),
+            "scales",
+            bars,
+            total,
+            Some(Box::new(log_axis)),
+        )
+    });
 }
 
-fn values_ui(ui: &mut egui::Ui, id: &str, v: &ValueSummary) {
+fn values_ui(ui: &mut egui::Ui, id: &str, v: &ValueSummary, tx: &mut Commands) {
     ui.label(RichText::new("Values").strong());
     ui.label(
         RichText::new(format!(
@@ -183,7 +189,9 @@ fn values_ui(ui: &mut egui::Ui, id: &str, v: &ValueSummary) {
                 .fill(BAR)
         })
         .collect();
-    chart_ui(ui, &format!("{id}-values"), "values", bars, total, None);
+    exportable(ui, "values", tx, |ui, _| {
+        chart_ui(ui, &format!("{id}-values"), "values", bars, total, None)
+    });
 }
 
 type AxisFormatter = Box<dyn Fn(egui_plot::GridMark, &std::ops::RangeInclusive<f64>) -> String>;

@@ -5,32 +5,40 @@
 //! a small time budget and never waits for one.
 
 mod cache;
+mod chart_export;
 mod commands;
 mod detail;
 mod histograms;
 pub mod jobs;
+mod menu;
 mod nvfp4;
 mod opening;
 mod provenance;
 mod quality;
 mod session;
+pub mod shortcuts;
 mod spotcheck;
 mod stream;
 mod tensors;
 mod welcome;
+mod window;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use egui::{Color32, Key, KeyboardShortcut, Modifiers, RichText};
+use egui::{Color32, RichText, ThemePreference};
 
 pub use cache::AuditCache;
+pub use chart_export::{ChartShot, ChartTarget, crop, encode_png};
 pub use commands::{Command, Commands, Notice};
+pub use menu::{Overlay, version_text};
 pub use nvfp4::{ExpertSort, HeatStat, Nvfp4View};
 pub use quality::{QualityPanel, QualitySort, quality_rows};
 pub use session::{FileState, LogRow, RowStatus, Session};
 pub use spotcheck::{JobKind, SpotView};
 pub use tensors::{SortColumn, TablePanel, TableView};
+pub use welcome::READS;
+pub use window::{date_at, local_date};
 
 use commands::Dialog;
 use stream::StreamPanel;
@@ -40,14 +48,12 @@ use welcome::Recent;
 const DRAIN_BUDGET: Duration = Duration::from_millis(4);
 /// Most entries kept in the recent-bundles list.
 const MAX_RECENT: usize = 8;
-/// Storage key of the recent list.
-const RECENT_KEY: &str = "bundlescope.recent";
 /// A cached verdict is re-verified in the background when the payload is
 /// at most this big (a few seconds of hashing).
 pub const REVERIFY_LIMIT: u64 = 512 << 20;
 
 /// Which view the central panel shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CentralTab {
     /// Every tensor.
     Tensors,
@@ -58,7 +64,7 @@ pub enum CentralTab {
 }
 
 /// Which tab the right-hand panel shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum SideTab {
     /// The selected tensor.
     Tensor,
@@ -88,6 +94,15 @@ pub struct App {
     spot: SpotView,
     dialog: Option<Dialog>,
     ctx: Option<egui::Context>,
+    /// The `?` list or About, when shown.
+    overlay: Option<menu::Overlay>,
+    mlx_version: menu::MlxVersion,
+    charts: chart_export::ChartExport,
+    /// View → Theme (remembered between runs).
+    theme: ThemePreference,
+    /// The theme and title last told to the window.
+    theme_applied: Option<ThemePreference>,
+    title_sent: Option<String>,
 }
 
 impl App {
@@ -111,6 +126,12 @@ impl App {
             spot: SpotView::default(),
             dialog: None,
             ctx: None,
+            overlay: None,
+            mlx_version: menu::MlxVersion::default(),
+            charts: chart_export::ChartExport::default(),
+            theme: ThemePreference::System,
+            theme_applied: None,
+            title_sent: None,
         }
     }
 
@@ -197,61 +218,54 @@ impl App {
         self.table.refresh(self.session.as_ref());
     }
 
-    /// Keyboard shortcuts that work anywhere in the window.
+    /// Keyboard shortcuts that work anywhere in the window: the keys come
+    /// from the one table in [`shortcuts`], which the `?` overlay lists.
     fn shortcuts(&mut self, ctx: &egui::Context) {
-        let cmd = |k| KeyboardShortcut::new(Modifiers::COMMAND, k);
-        let filter_has_focus = ctx.memory(|m| m.has_focus(tensors::filter_id()));
-        let rows = self.table.rows();
-        let selected = self.selected;
-        let tx = &mut self.commands;
-        let mut focus_filter = false;
-        let mut clear_filter = false;
-        let mut scroll = false;
-        ctx.input_mut(|i| {
-            if i.consume_shortcut(&cmd(Key::O)) {
-                tx.send(Command::OpenDialog);
-            }
-            if i.consume_shortcut(&cmd(Key::F)) {
-                focus_filter = true;
-            }
-            if i.consume_shortcut(&cmd(Key::S)) {
-                tx.send(Command::SaveReportDialog);
-            }
-            // Shift+Cmd+K first: consume_shortcut ignores extra modifiers.
-            if i.consume_shortcut(&spotcheck::run_all_shortcut()) {
-                tx.send(Command::SpotCheck(None));
-            }
-            if i.consume_shortcut(&spotcheck::run_shortcut()) && selected.is_some() {
-                tx.send(Command::SpotCheck(selected));
-            }
-            if !filter_has_focus {
-                // Copy arrives as an event (the platform turns Cmd/Ctrl+C into it).
-                let copy = i.events.iter().any(|e| matches!(e, egui::Event::Copy))
-                    || i.consume_shortcut(&cmd(Key::C));
-                if copy && selected.is_some() {
-                    tx.send(Command::CopySelectedName);
+        use shortcuts::Action;
+        let typing = ctx.text_edit_focused();
+        for action in shortcuts::pressed(ctx, typing) {
+            let tx = &mut self.commands;
+            match action {
+                Action::Open => tx.send(Command::OpenDialog),
+                Action::SaveReport => tx.send(Command::SaveReportDialog),
+                Action::Close => tx.send(Command::Close),
+                Action::Find => self.table.focus_filter = true,
+                Action::Escape if self.overlay.is_some() => self.overlay = None,
+                Action::Escape => self.table.view.filter.clear(),
+                Action::SpotCheckAll => tx.send(Command::SpotCheck(None)),
+                Action::SpotCheck => {
+                    if self.selected.is_some() {
+                        tx.send(Command::SpotCheck(self.selected));
+                    }
                 }
+                Action::CopyName => {
+                    if self.selected.is_some() {
+                        tx.send(Command::CopySelectedName);
+                    }
+                }
+                Action::Next | Action::Previous => {
+                    let rows = self.table.rows();
+                    if rows.is_empty() {
+                        continue;
+                    }
+                    let pos = self
+                        .selected
+                        .and_then(|s| rows.iter().position(|&r| r == s));
+                    let next = match (pos, action == Action::Next) {
+                        (None, _) => 0,
+                        (Some(p), true) => (p + 1).min(rows.len() - 1),
+                        (Some(p), false) => p.saturating_sub(1),
+                    };
+                    tx.send(Command::Select(rows.get(next).copied()));
+                    self.table.scroll_to_selected = true;
+                }
+                Action::TabTensors => tx.send(Command::ShowTab(CentralTab::Tensors)),
+                Action::TabQuality => tx.send(Command::ShowTab(CentralTab::Quality)),
+                Action::TabSpotChecks => tx.send(Command::ShowTab(CentralTab::SpotChecks)),
+                Action::Help => tx.send(Command::ShowOverlay(menu::Overlay::Shortcuts)),
+                // Handled by their panel (`pressed` does not return them).
+                Action::PreviousExpert | Action::NextExpert => {}
             }
-            if i.key_pressed(Key::Escape) {
-                clear_filter = true;
-            }
-            let down = i.key_pressed(Key::ArrowDown);
-            let up = i.key_pressed(Key::ArrowUp);
-            if (down || up) && !rows.is_empty() {
-                let pos = selected.and_then(|s| rows.iter().position(|&r| r == s));
-                let next = match (pos, down) {
-                    (None, _) => 0,
-                    (Some(p), true) => (p + 1).min(rows.len() - 1),
-                    (Some(p), false) => p.saturating_sub(1),
-                };
-                tx.send(Command::Select(rows.get(next).copied()));
-                scroll = true;
-            }
-        });
-        self.table.focus_filter |= focus_filter;
-        self.table.scroll_to_selected |= scroll;
-        if clear_filter {
-            self.table.view.filter.clear();
         }
     }
 
@@ -287,10 +301,14 @@ impl App {
         if self.ctx.is_none() {
             self.ctx = Some(ui.ctx().clone());
         }
+        let ctx = ui.ctx().clone();
         self.poll_jobs(DRAIN_BUDGET);
         self.refresh_rows();
-        self.shortcuts(&ui.ctx().clone());
+        self.shortcuts(&ctx);
+        self.window_tick(&ctx);
+        self.chart_export_tick(&ctx);
         self.drops(ui);
+        egui::Panel::top("menu-bar").show(ui, |ui| self.menu_bar_ui(ui));
         egui::Panel::top("top-bar").show(ui, |ui| self.top_bar_ui(ui));
         if let Some(n) = &self.notice {
             let mut dismiss = false;
@@ -380,10 +398,12 @@ impl App {
                 )
             });
         }
+        self.overlay_ui(&ctx);
         self.handle_commands();
         if self.session.as_ref().is_some_and(Session::running)
             || self.spot.running()
             || self.opening.busy()
+            || self.charts.busy()
         {
             // Workers wake us on each message; this only keeps ETA text fresh.
             ui.ctx().request_repaint_after(Duration::from_millis(250));
@@ -391,14 +411,14 @@ impl App {
     }
 
     fn top_bar_ui(&mut self, ui: &mut egui::Ui) {
+        let audited = self.audited();
         let tx = &mut self.commands;
         ui.horizontal(|ui| {
             if ui
                 .button("Open…")
                 .on_hover_text(format!(
                     "Open a bundle folder ({})",
-                    ui.ctx()
-                        .format_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, Key::O))
+                    shortcuts::text(ui.ctx(), shortcuts::Action::Open)
                 ))
                 .clicked()
             {
@@ -413,15 +433,7 @@ impl App {
                 return;
             };
             // The folder's name, as a Mac title bar shows it; the full path on hover.
-            let name = s
-                .path
-                .file_name()
-                .filter(|n| *n != "manifest.json")
-                .or_else(|| s.path.parent().and_then(Path::file_name))
-                .map_or_else(
-                    || s.path.display().to_string(),
-                    |n| n.to_string_lossy().into_owned(),
-                );
+            let name = window::display_name(&s.path);
             ui.label(RichText::new(name).monospace().strong())
                 .on_hover_text(s.path.display().to_string());
             if let Some(b) = &s.model.bundle {
@@ -430,7 +442,9 @@ impl App {
                 ui.spinner();
                 ui.label("Opening…");
             }
-            badge_ui(ui, s);
+            if badge_ui(ui, s) {
+                tx.send(Command::ShowFirstError);
+            }
             if let Some(date) = &s.cached {
                 ui.label(RichText::new(format!("cached audit of {date}")).weak())
                     .on_hover_text(
@@ -442,16 +456,16 @@ impl App {
                 ui.label(RichText::new("re-verifying…").weak())
                     .on_hover_text("Hashing the files again in the background");
             }
+            // Only an audited bundle has a report to save and an audit to repeat.
+            if !audited {
+                return;
+            }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                let done = !s.running();
-                if ui
-                    .add_enabled(done, egui::Button::new("Save report…"))
-                    .clicked()
-                {
+                if ui.button("Save report…").clicked() {
                     tx.send(Command::SaveReportDialog);
                 }
                 if ui
-                    .add_enabled(done, egui::Button::new("Re-verify"))
+                    .button("Re-verify")
                     .on_hover_text("Run the full audit again")
                     .clicked()
                 {
@@ -462,7 +476,9 @@ impl App {
     }
 }
 
-fn badge_ui(ui: &mut egui::Ui, s: &Session) {
+/// Draws the verdict badge; true when an Invalid badge was clicked (to
+/// show the first failing tensor).
+fn badge_ui(ui: &mut egui::Ui, s: &Session) -> bool {
     let text = s.verdict_text();
     let (fill, fg) = match &s.model.outcome {
         None => (
@@ -477,13 +493,22 @@ fn badge_ui(ui: &mut egui::Ui, s: &Session) {
         Some(Ok(o)) if o.valid => "✔",
         Some(_) => "✖",
     };
+    let invalid = matches!(&s.model.outcome, Some(Ok(o)) if !o.valid);
+    let label = RichText::new(format!("{mark} {text}")).color(fg).strong();
+    if invalid {
+        return ui
+            .add(egui::Button::new(label).fill(fill).corner_radius(8.0))
+            .on_hover_text("Show the first failing tensor")
+            .clicked();
+    }
     egui::Frame::new()
         .fill(fill)
         .corner_radius(8.0)
         .inner_margin(egui::Margin::symmetric(8, 2))
         .show(ui, |ui| {
-            ui.label(RichText::new(format!("{mark} {text}")).color(fg).strong());
+            ui.label(label);
         });
+    false
 }
 
 impl eframe::App for App {
@@ -492,7 +517,7 @@ impl eframe::App for App {
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
-        eframe::set_value(storage, RECENT_KEY, &self.recent.paths());
+        self.save_to(storage);
     }
 }
 
@@ -515,6 +540,8 @@ pub fn run(start: Start) -> anyhow::Result<()> {
             .with_inner_size([1280.0, 820.0])
             .with_min_inner_size([720.0, 480.0])
             .with_drag_and_drop(true),
+        // Size and position come back from the last run (eframe's storage).
+        persist_window: true,
         ..Default::default()
     };
     eframe::run_native(
@@ -524,9 +551,7 @@ pub fn run(start: Start) -> anyhow::Result<()> {
             let mut app = App::new(AuditCache::default_location());
             app.ctx = Some(cc.egui_ctx.clone());
             if let Some(storage) = cc.storage {
-                let paths: Vec<PathBuf> =
-                    eframe::get_value(storage, RECENT_KEY).unwrap_or_default();
-                app.recent = Recent::from_paths(paths, app.ctx.clone());
+                app.restore(storage);
             }
             match start {
                 Start::Welcome => {}

@@ -91,7 +91,7 @@ fn start_audit(
     Job::spawn("audit", audit::CHANNEL_CAPACITY, wake, move |w| {
         if let Some(hit) = cache.and_then(|c| c.load(&path)) {
             if !w.send(AuditMsg::Cached {
-                date: hit.date,
+                date: super::window::local_date(&hit.date),
                 passed: hit.passed,
             }) {
                 return;
@@ -120,7 +120,8 @@ impl App {
         self.notice = None;
         self.side = SideTab::Summary;
         self.spot.reset();
-        self.remember(&path);
+        // The recent list gets the path once it opens as a bundle (see
+        // `drain_audit`): a folder that is not one is not worth offering.
         // The session appears at once ("Opening…"); the job fills it.
         self.session = Some(Session::new(path.clone()));
         let cache = self.cache.clone().filter(|_| use_cache);
@@ -128,6 +129,16 @@ impl App {
             Ok(job) => self.opening.audit = Some(job),
             Err(e) => self.set_notice(format!("could not start the audit: {e}"), true),
         }
+    }
+
+    /// Closes the open bundle: its jobs stop and the welcome screen shows.
+    pub fn close(&mut self) {
+        self.opening.stop();
+        self.session = None;
+        self.selected = None;
+        self.notice = None;
+        self.side = SideTab::Summary;
+        self.spot.reset();
     }
 
     /// The cancel tokens of audits that a later open replaced, oldest first.
@@ -159,6 +170,8 @@ impl App {
         self.poll_dialog();
         self.spot.poll();
         self.recent.poll();
+        self.poll_chart_export();
+        self.mlx_version.poll();
     }
 
     fn drain_audit(&mut self, budget: Duration) {
@@ -167,6 +180,7 @@ impl App {
             return;
         };
         let mut ended = false;
+        let mut opened = false;
         while Instant::now() < deadline {
             match job.poll() {
                 Poll::Msg(AuditMsg::Cached { date, passed }) => {
@@ -175,6 +189,7 @@ impl App {
                 }
                 Poll::Msg(AuditMsg::Event(e)) => {
                     let last = matches!(e, Event::Finished(_));
+                    opened |= matches!(e, Event::Opened(_));
                     session.apply(&e);
                     if last {
                         ended = true;
@@ -188,9 +203,16 @@ impl App {
                 }
             }
         }
+        if opened {
+            let path = session.path.clone();
+            self.remember(&path);
+        }
         if !ended {
             return;
         }
+        let Some(session) = &mut self.session else {
+            return;
+        };
         self.opening.audit = None;
         if let Some(p) = session.cached_passed {
             session.model.passed = p;

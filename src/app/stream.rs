@@ -1,9 +1,11 @@
 //! The stream panel: per-file progress (bytes, throughput, ETA) and the
-//! checks as they arrive, with pass/fail marks.
+//! checks as they arrive, with pass/fail marks. Once an audit ends with
+//! errors, they are listed first and the list scrolls to the top, so an
+//! invalid bundle shows why at once.
 
 use egui::RichText;
 
-use super::{Commands, FileState, Session, SpotView};
+use super::{App, CentralTab, Commands, FileState, RowStatus, Session, SideTab, SpotView};
 use crate::audit::Severity;
 use crate::report::human_bytes;
 
@@ -14,25 +16,99 @@ pub(super) struct StreamPanel {
     errors_only: bool,
     /// Indices into the session's log of its error lines.
     errors: Vec<usize>,
+    /// Indices of the other lines (the errors-first order's tail).
+    others: Vec<usize>,
     /// Log lines already looked at, and the session they belong to.
     scanned: usize,
     session: Option<u64>,
+    /// The session whose finished list was scrolled to the top.
+    topped: Option<u64>,
+}
+
+/// Which log line the k-th row of the list shows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Order {
+    /// As they arrived (while the audit runs, or when it found no error).
+    Arrival,
+    /// Errors only.
+    ErrorsOnly,
+    /// Errors, then the rest in arrival order.
+    ErrorsFirst,
 }
 
 impl StreamPanel {
-    fn error_rows(&mut self, s: &Session) -> &[usize] {
+    fn scan(&mut self, s: &Session) {
         if self.session != Some(s.id) || self.scanned > s.log.len() {
             self.errors.clear();
+            self.others.clear();
             self.scanned = 0;
             self.session = Some(s.id);
         }
         for (i, r) in s.log.iter().enumerate().skip(self.scanned) {
             if r.severity == Some(Severity::Error) {
                 self.errors.push(i);
+            } else {
+                self.others.push(i);
             }
         }
         self.scanned = s.log.len();
-        &self.errors
+    }
+
+    fn order(&self, s: &Session) -> Order {
+        if self.errors_only {
+            Order::ErrorsOnly
+        } else if !s.running() && !self.errors.is_empty() {
+            Order::ErrorsFirst
+        } else {
+            Order::Arrival
+        }
+    }
+
+    fn count(&self, order: Order, s: &Session) -> usize {
+        match order {
+            Order::Arrival => s.log.len(),
+            Order::ErrorsOnly => self.errors.len(),
+            Order::ErrorsFirst => self.errors.len() + self.others.len(),
+        }
+    }
+
+    fn line(&self, order: Order, k: usize) -> Option<usize> {
+        match order {
+            Order::Arrival => Some(k),
+            Order::ErrorsOnly => self.errors.get(k).copied(),
+            Order::ErrorsFirst => match k.checked_sub(self.errors.len()) {
+                None => self.errors.get(k).copied(),
+                Some(rest) => self.others.get(rest).copied(),
+            },
+        }
+    }
+}
+
+impl App {
+    /// The Invalid badge's click: selects the first tensor with an error in
+    /// the table's order (clearing a filter that hides every one of them)
+    /// and scrolls the table to it.
+    pub(super) fn show_first_error(&mut self) {
+        let Some(s) = &self.session else { return };
+        let failing = |i: &usize| s.status(*i) == RowStatus::Error;
+        let mut first = self.table.rows().iter().copied().find(failing);
+        if first.is_none() && (0..s.tensor_findings.len()).any(|i| failing(&i)) {
+            self.table.view.filter.clear();
+            self.table.view.precisions.clear();
+            self.table.refresh(Some(s));
+            first = self.table.rows().iter().copied().find(failing);
+        }
+        match first {
+            Some(i) => {
+                self.selected = Some(i);
+                self.side = SideTab::Tensor;
+                self.central = CentralTab::Tensors;
+                self.table.scroll_to_selected = true;
+            }
+            // The errors concern no tensor (a file's hash, the manifest):
+            // the summary lists the files, the stream panel the findings.
+            None => self.side = SideTab::Summary,
+        }
     }
 }
 
@@ -107,44 +183,41 @@ pub(super) fn stream_ui(
         });
     }
     ui.separator();
-    let errors_only = panel.errors_only;
-    let errors = panel.error_rows(s);
-    let count = if errors_only {
-        errors.len()
-    } else {
-        s.log.len()
-    };
+    panel.scan(s);
+    let order = panel.order(s);
+    let count = panel.count(order, s);
     let row_h = ui.text_style_height(&egui::TextStyle::Body) + 2.0;
-    egui::ScrollArea::vertical()
+    let mut area = egui::ScrollArea::vertical()
         .id_salt("check-log")
         .auto_shrink([false, false])
-        .stick_to_bottom(true)
-        .show_rows(ui, row_h, count, |ui, range| {
-            for k in range {
-                let i = if errors_only {
-                    errors.get(k).copied()
-                } else {
-                    Some(k)
+        .stick_to_bottom(order == Order::Arrival);
+    if order == Order::ErrorsFirst && panel.topped != Some(s.id) {
+        // Once, when the audit ends with errors: show them.
+        panel.topped = Some(s.id);
+        area = area.vertical_scroll_offset(0.0);
+    }
+    let panel = &*panel;
+    area.show_rows(ui, row_h, count, |ui, range| {
+        for k in range {
+            let Some(r) = panel.line(order, k).and_then(|i| s.log.get(i)) else {
+                continue;
+            };
+            ui.horizontal(|ui| {
+                let (mark, color) = match r.severity {
+                    None => ("✔", egui::Color32::from_rgb(0x2e, 0xa0, 0x4e)),
+                    Some(Severity::Error) => ("✖", ui.visuals().error_fg_color),
+                    Some(Severity::Warning) => ("⚠", ui.visuals().warn_fg_color),
+                    Some(Severity::Info) => ("ℹ", ui.visuals().text_color()),
                 };
-                let Some(r) = i.and_then(|i| s.log.get(i)) else {
-                    continue;
-                };
-                ui.horizontal(|ui| {
-                    let (mark, color) = match r.severity {
-                        None => ("✔", egui::Color32::from_rgb(0x2e, 0xa0, 0x4e)),
-                        Some(Severity::Error) => ("✖", ui.visuals().error_fg_color),
-                        Some(Severity::Warning) => ("⚠", ui.visuals().warn_fg_color),
-                        Some(Severity::Info) => ("ℹ", ui.visuals().text_color()),
-                    };
-                    ui.label(RichText::new(mark).color(color));
-                    ui.label(RichText::new(r.check.as_str()).monospace());
-                    if let Some(t) = &r.tensor {
-                        ui.label(RichText::new(t).weak());
-                    }
-                    if let Some(m) = &r.message {
-                        ui.label(m);
-                    }
-                });
-            }
-        });
+                ui.label(RichText::new(mark).color(color));
+                ui.label(RichText::new(r.check.as_str()).monospace());
+                if let Some(t) = &r.tensor {
+                    ui.label(RichText::new(t).weak());
+                }
+                if let Some(m) = &r.message {
+                    ui.label(m);
+                }
+            });
+        }
+    });
 }

@@ -9,6 +9,13 @@ use egui::RichText;
 use super::jobs::{Job, Poll};
 use super::{Command, Commands, MAX_RECENT};
 
+/// What the app reads, as the welcome screen names it. A new format adds
+/// its line here when the app can open it.
+pub const READS: &[&str] = &[
+    "audio8 mixed-precision bundles (v1 and v2)",
+    "mlx-nvfp4 MoE artifacts",
+];
+
 /// The recent-bundles list and what a job last found of each entry.
 #[derive(Default)]
 pub(super) struct Recent {
@@ -31,6 +38,11 @@ impl Recent {
     /// Newest first.
     pub(super) fn paths(&self) -> &[PathBuf] {
         &self.paths
+    }
+
+    /// Did the last check find `path` on disk (true until checked)?
+    pub(super) fn exists(&self, path: &Path) -> bool {
+        !self.missing.contains(path)
     }
 
     /// Puts `path` first at once; a job then resolves it (so the same folder
@@ -92,13 +104,18 @@ pub(super) fn welcome_ui(
         ui.label(
             "Inspect and audit quantized weight bundles: every rule checked, every byte hashed.",
         );
-        ui.add_space(24.0);
+        ui.add_space(6.0);
+        ui.label(RichText::new(format!("Reads {}.", READS.join("; "))).weak());
+        ui.add_space(18.0);
         let open = ui.add_sized(
             [240.0, 36.0],
             egui::Button::new(RichText::new("Open bundle…").size(16.0)),
         );
         if open
-            .on_hover_text("Choose a bundle folder (Ctrl/Cmd+O)")
+            .on_hover_text(format!(
+                "Choose a bundle folder ({})",
+                super::shortcuts::text(ui.ctx(), super::shortcuts::Action::Open)
+            ))
             .clicked()
         {
             tx.send(Command::OpenDialog);
@@ -124,7 +141,7 @@ pub(super) fn welcome_ui(
         ui.add_space(12.0);
         ui.label(
             RichText::new(
-                "…or drop a bundle folder (or its manifest.json) anywhere on this window.",
+                "…or drop a bundle folder (or its manifest.json) anywhere on this window. Press ? for the keyboard shortcuts.",
             )
             .weak(),
         );

@@ -2,12 +2,14 @@
 //! chart and the code and scale histograms; the table and the map have
 //! their own modules.
 
-use egui::{Key, Modifiers, RichText};
+use egui::RichText;
 use egui_plot::{Bar, BarChart, Plot};
 
 use super::heatmap::heat_ui;
 use super::table::table_ui;
 use super::{BAR, Nvfp4View, PICKED, finite_range, short_number};
+use crate::app::chart_export::chart_ui as exportable;
+use crate::app::shortcuts::{self, Action};
 use crate::app::{Command, Commands, RowStatus, Session};
 use crate::decode::nvfp4::{E2M1_LABELS, e4m3, e4m3_is_nan};
 use crate::decode::stats::TensorStats;
@@ -97,7 +99,7 @@ pub fn panel_ui(
         .id_salt("nv-globals")
         .default_open(true)
         .show(ui, |ui| match globals {
-            Some(g) => globals_ui(ui, view, &id, g),
+            Some(g) => globals_ui(ui, view, &id, g, commands),
             None => waiting_ui(ui, s, "global scales"),
         });
     egui::CollapsingHeader::new("E2M1 codes")
@@ -111,7 +113,7 @@ pub fn panel_ui(
                 );
             } else {
                 match view.counts.get(&(set.weight, view.expert)) {
-                    Some(Ok(h)) => codes_ui(ui, &id, h, view.expert),
+                    Some(Ok(h)) => codes_ui(ui, &id, h, view.expert, commands),
                     Some(Err(e)) => {
                         ui.label(RichText::new(e).color(ui.visuals().error_fg_color));
                     }
@@ -124,11 +126,11 @@ pub fn panel_ui(
         .default_open(true)
         .show(ui, |ui| match (view.expert, set.scales) {
             (None, _) => match e4 {
-                Some(e4) => e4m3_ui(ui, &id, &e4.hist, None),
+                Some(e4) => e4m3_ui(ui, &id, &e4.hist, None, commands),
                 None => waiting_ui(ui, s, "E4M3 statistics"),
             },
             (Some(e), Some(sc)) if healthy(sc) => match view.counts.get(&(sc, Some(e))) {
-                Some(Ok(h)) => e4m3_ui(ui, &id, h, Some(e)),
+                Some(Ok(h)) => e4m3_ui(ui, &id, h, Some(e), commands),
                 Some(Err(err)) => {
                     ui.label(RichText::new(err).color(ui.visuals().error_fg_color));
                 }
@@ -148,7 +150,11 @@ pub fn panel_ui(
     egui::CollapsingHeader::new("Layer × expert map")
         .id_salt("nv-heat")
         .default_open(true)
-        .show(ui, |ui| heat_ui(ui, view, s, &b, i, commands));
+        .show(ui, |ui| {
+            exportable(ui, "layer × expert map", commands, |ui, tx| {
+                heat_ui(ui, view, s, &b, i, tx)
+            })
+        });
 }
 
 fn waiting_ui(ui: &mut egui::Ui, s: &Session, what: &str) {
@@ -174,14 +180,13 @@ fn picker_ui(ui: &mut egui::Ui, view: &mut Nvfp4View, experts: usize) {
     let pos = view.expert.map_or(0, |e| e + 1);
     let mut next = pos;
     if !ui.ctx().egui_wants_keyboard_input() {
-        ui.input_mut(|i| {
-            if i.consume_key(Modifiers::NONE, Key::OpenBracket) {
-                next = next.saturating_sub(1);
-            }
-            if i.consume_key(Modifiers::NONE, Key::CloseBracket) {
-                next = (next + 1).min(experts);
-            }
-        });
+        // The keys come from the app's one table (the `?` overlay lists them).
+        if shortcuts::consume(ui.ctx(), Action::PreviousExpert) {
+            next = next.saturating_sub(1);
+        }
+        if shortcuts::consume(ui.ctx(), Action::NextExpert) {
+            next = (next + 1).min(experts);
+        }
     }
     let text = |p: usize| match p {
         0 => "all experts".to_string(),
@@ -261,7 +266,7 @@ fn nice_step(span: f64) -> f64 {
         .unwrap_or(10.0 * p)
 }
 
-fn globals_ui(ui: &mut egui::Ui, view: &mut Nvfp4View, id: &str, g: &[f64]) {
+fn globals_ui(ui: &mut egui::Ui, view: &mut Nvfp4View, id: &str, g: &[f64], tx: &mut Commands) {
     let bad = g.iter().filter(|v| !(v.is_finite() && **v > 0.0)).count();
     let (lo, hi) = finite_range(g.iter().copied());
     ui.label(
@@ -298,13 +303,15 @@ fn globals_ui(ui: &mut egui::Ui, view: &mut Nvfp4View, id: &str, g: &[f64]) {
         .collect();
     let chart = BarChart::new("global scales", bars)
         .element_formatter(Box::new(|bar, _| format!("{}\n(click to pick)", bar.name)));
-    let resp = fixed_plot(
+    let plot = fixed_plot(
         format!("{id}-globals"),
         110.0,
         nice_step(g.len() as f64),
         |e| e.to_string(),
-    )
-    .show(ui, |p| p.bar_chart(chart));
+    );
+    let resp = exportable(ui, "global scales", tx, |ui, _| {
+        plot.show(ui, |p| p.bar_chart(chart))
+    });
     view.globals_geom = Some(resp.transform);
     if resp.response.clicked()
         && let Some(pos) = resp.response.interact_pointer_pos()
@@ -316,7 +323,7 @@ fn globals_ui(ui: &mut egui::Ui, view: &mut Nvfp4View, id: &str, g: &[f64]) {
     }
 }
 
-fn codes_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>) {
+fn codes_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>, tx: &mut Commands) {
     let total: u64 = h.iter().sum();
     ui.label(
         RichText::new(format!(
@@ -345,10 +352,12 @@ fn codes_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>) {
             bar.value / t * 100.0
         )
     }));
-    fixed_plot(format!("{id}-codes"), 140.0, 1.0, |c| {
+    let plot = fixed_plot(format!("{id}-codes"), 140.0, 1.0, |c| {
         E2M1_LABELS.get(c).map_or(String::new(), |l| l.to_string())
+    });
+    exportable(ui, "E2M1 codes", tx, |ui, _| {
+        plot.show(ui, |p| p.bar_chart(chart))
     })
-    .show(ui, |p| p.bar_chart(chart))
     .response
     .widget_info(|| {
         // The bars, for screen readers (and tests): the plot paints its text.
@@ -365,7 +374,7 @@ fn codes_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>) {
     });
 }
 
-fn e4m3_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>) {
+fn e4m3_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>, tx: &mut Commands) {
     if h.len() != 256 {
         ui.label(
             RichText::new("the E4M3 histogram is malformed").color(ui.visuals().error_fg_color),
@@ -422,7 +431,7 @@ fn e4m3_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>) {
             bar.value / t * 100.0
         )
     }));
-    fixed_plot(
+    let plot = fixed_plot(
         format!("{id}-e4m3"),
         120.0,
         nice_step((hi - lo) as f64),
@@ -431,6 +440,8 @@ fn e4m3_ui(ui: &mut egui::Ui, id: &str, h: &[u64], expert: Option<usize>) {
             Ok(b) => short_number(f64::from(e4m3(b)), true),
             Err(_) => String::new(),
         },
-    )
-    .show(ui, |p| p.bar_chart(chart));
+    );
+    exportable(ui, "E4M3 scales", tx, |ui, _| {
+        plot.show(ui, |p| p.bar_chart(chart))
+    });
 }

@@ -9,7 +9,7 @@ mod view;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use view::{central_ui, detail_section_ui, run_all_shortcut, run_shortcut, stream_line_ui};
+pub use view::{central_ui, detail_section_ui, stream_line_ui};
 
 use super::jobs::{Job, Poll, Worker};
 use crate::format::{Bundle, Precision};

@@ -105,17 +105,14 @@ pub fn detail_section_ui(
     }
 }
 
-/// The shortcut of "Run on MLX".
+/// The shortcut of "Run on MLX" (from the app's one table).
 pub fn run_shortcut() -> egui::KeyboardShortcut {
-    egui::KeyboardShortcut::new(egui::Modifiers::COMMAND, egui::Key::K)
+    crate::app::shortcuts::shortcut(crate::app::shortcuts::Action::SpotCheck)
 }
 
-/// The shortcut of "Spot-check all".
+/// The shortcut of "Spot-check all" (from the app's one table).
 pub fn run_all_shortcut() -> egui::KeyboardShortcut {
-    egui::KeyboardShortcut::new(
-        egui::Modifiers::COMMAND | egui::Modifiers::SHIFT,
-        egui::Key::K,
-    )
+    crate::app::shortcuts::shortcut(crate::app::shortcuts::Action::SpotCheckAll)
 }
 
 fn pass_text(ui: &egui::Ui, pass: bool) -> RichText {
