@@ -9,6 +9,7 @@ mod commands;
 mod detail;
 mod histograms;
 pub mod jobs;
+mod lineage;
 mod nvfp4;
 mod opening;
 mod provenance;
@@ -26,6 +27,7 @@ use egui::{Color32, Key, KeyboardShortcut, Modifiers, RichText};
 
 pub use cache::AuditCache;
 pub use commands::{Command, Commands, Notice};
+pub use lineage::LineageView;
 pub use nvfp4::{ExpertSort, HeatStat, Nvfp4View};
 pub use quality::{QualityPanel, QualitySort, quality_rows};
 pub use session::{FileState, LogRow, RowStatus, Session};
@@ -55,6 +57,8 @@ pub enum CentralTab {
     Quality,
     /// MLX spot checks of every tensor.
     SpotChecks,
+    /// The provenance chain: source, parent, this bundle, a compared one.
+    Lineage,
 }
 
 /// Which tab the right-hand panel shows.
@@ -86,6 +90,7 @@ pub struct App {
     reverify_limit: u64,
     nvfp4: Nvfp4View,
     spot: SpotView,
+    lineage: LineageView,
     dialog: Option<Dialog>,
     ctx: Option<egui::Context>,
 }
@@ -109,6 +114,7 @@ impl App {
             reverify_limit: REVERIFY_LIMIT,
             nvfp4: Nvfp4View::default(),
             spot: SpotView::default(),
+            lineage: LineageView::default(),
             dialog: None,
             ctx: None,
         }
@@ -165,6 +171,16 @@ impl App {
     /// The spot-check state.
     pub fn spot(&self) -> &SpotView {
         &self.spot
+    }
+
+    /// The Lineage tab's state (its chain, the picked parent).
+    pub fn lineage(&self) -> &LineageView {
+        &self.lineage
+    }
+
+    /// The Lineage tab's state, to set the compared bundle.
+    pub fn lineage_mut(&mut self) -> &mut LineageView {
+        &mut self.lineage
     }
 
     /// Recently opened bundles, newest first.
@@ -338,6 +354,7 @@ impl App {
                     ui.selectable_value(&mut self.central, CentralTab::Tensors, "Tensors");
                     ui.selectable_value(&mut self.central, CentralTab::Quality, "Quality");
                     ui.selectable_value(&mut self.central, CentralTab::SpotChecks, "Spot checks");
+                    ui.selectable_value(&mut self.central, CentralTab::Lineage, "Lineage");
                 });
                 if self.table.focus_filter {
                     self.central = CentralTab::Tensors;
@@ -361,6 +378,9 @@ impl App {
                     ),
                     CentralTab::SpotChecks => {
                         spotcheck::central_ui(ui, &mut self.spot, Some(&bundle), &mut self.commands)
+                    }
+                    CentralTab::Lineage => {
+                        lineage::lineage_ui(ui, &mut self.lineage, session, &mut self.commands)
                     }
                 }
             });
@@ -497,6 +517,8 @@ pub enum Start {
     Welcome,
     /// The demo bundle.
     Demo,
+    /// The demo's calibrated GPTQ-Q4 overlay, its parent beside it.
+    DemoOverlay,
     /// This bundle.
     Open(PathBuf),
 }
@@ -525,6 +547,10 @@ pub fn run(start: Start) -> anyhow::Result<()> {
             match start {
                 Start::Welcome => {}
                 Start::Demo => app.send(Command::OpenDemo),
+                Start::DemoOverlay => {
+                    app.send(Command::OpenDemoOverlay);
+                    app.central = CentralTab::Lineage;
+                }
                 Start::Open(p) => app.send(Command::Open(p)),
             }
             app.handle_commands();

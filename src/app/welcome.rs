@@ -115,6 +115,20 @@ pub(super) fn welcome_ui(
         {
             tx.send(Command::OpenDemo);
         }
+        ui.add_space(4.0);
+        let overlay = ui.add_enabled(
+            busy.is_none(),
+            egui::Button::new(RichText::new("Open demo GPTQ-Q4 overlay").size(16.0))
+                .min_size(egui::vec2(240.0, 36.0)),
+        );
+        if overlay
+            .on_hover_text(
+                "A calibrated GPTQ-Q4 overlay of the demo bundle, written beside it: see the Lineage tab",
+            )
+            .clicked()
+        {
+            tx.send(Command::OpenDemoOverlay);
+        }
         if let Some(label) = busy {
             ui.horizontal(|ui| {
                 ui.spinner();
