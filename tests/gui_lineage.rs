@@ -52,6 +52,9 @@ fn an_overlay_beside_its_parent_shows_a_verified_chain() {
         "✔ provenance.copied_hash",
         "✔ provenance.overlay_identity",
         "✔ provenance.parent_scales",
+        // The declared calibration block, as a tree.
+        "calibration (provenance.calibration, as declared)",
+        "seeded noise, no data",
     ] {
         assert!(g.shows(text), "no {text:?}");
     }

@@ -102,24 +102,25 @@ fn short(v: &str) -> String {
     }
 }
 
-const BOX_WIDTH: f32 = 560.0;
+const BOX_WIDTH: f32 = 600.0;
 
 fn node_ui(ui: &mut egui::Ui, n: &Node) {
     let stroke = Stroke::new(2.0, mark_color(ui, n.mark));
     egui::Frame::group(ui.style())
         .stroke(stroke)
         .corner_radius(8.0)
-        .inner_margin(egui::Margin::same(10))
+        .inner_margin(egui::Margin::symmetric(10, 6))
         .show(ui, |ui| {
             ui.set_width(BOX_WIDTH);
-            ui.horizontal(|ui| {
+            ui.horizontal_wrapped(|ui| {
                 badge_ui(ui, &n.title, n.mark);
                 ui.label(RichText::new(&n.title).strong().size(15.0));
+                ui.label(RichText::new(&n.subtitle).monospace());
             });
-            ui.label(RichText::new(&n.subtitle).monospace());
             if !n.hashes.is_empty() {
                 egui::Grid::new(("lineage-hashes", &n.title))
                     .num_columns(3)
+                    .spacing([12.0, 2.0])
                     .show(ui, |ui| {
                         for h in &n.hashes {
                             ui.label(RichText::new(&h.label).weak());
@@ -143,14 +144,47 @@ fn node_ui(ui: &mut egui::Ui, n: &Node) {
 /// The arrow from the box above to the box below, with its checks beside it.
 fn link_ui(ui: &mut egui::Ui, l: &Link) {
     ui.horizontal(|ui| {
-        let height = 26.0 + 18.0 * l.checks.len() as f32;
-        let (rect, _) = ui.allocate_exact_size(egui::vec2(60.0, height), egui::Sense::hover());
+        // Drawn after the checks, to the height they took.
+        let (arrow, _) = ui.allocate_exact_size(egui::vec2(48.0, 1.0), egui::Sense::hover());
+        let body = ui
+            .vertical(|ui| {
+                ui.spacing_mut().item_spacing.y = 1.0;
+                ui.add_space(2.0);
+                ui.horizontal(|ui| {
+                    ui.label(RichText::new(&l.label).italics());
+                    badge_ui(ui, &l.label, l.mark);
+                });
+                if l.checks.is_empty() {
+                    ui.label(RichText::new("nothing to check").weak().small());
+                }
+                egui::Grid::new(("lineage-link", &l.label))
+                    .num_columns(2)
+                    .spacing([10.0, 1.0])
+                    .show(ui, |ui| {
+                        for c in &l.checks {
+                            ui.label(
+                                RichText::new(format!("{} {}", c.mark.symbol(), c.check))
+                                    .monospace()
+                                    .color(mark_color(ui, c.mark)),
+                            )
+                            .on_hover_text(
+                                crate::finding::CheckId::lookup(&c.check)
+                                    .map_or("", |id| id.rule()),
+                            );
+                            ui.label(RichText::new(&c.detail).weak().small());
+                            ui.end_row();
+                        }
+                    });
+                ui.add_space(2.0);
+            })
+            .response
+            .rect;
         let color = mark_color(ui, l.mark);
-        let x = rect.center().x;
-        let (top, bottom) = (rect.top() + 2.0, rect.bottom() - 2.0);
+        let x = arrow.center().x;
+        let (top, bottom) = (body.top(), body.bottom());
         let p = ui.painter();
         p.line_segment(
-            [egui::pos2(x, top), egui::pos2(x, bottom)],
+            [egui::pos2(x, top), egui::pos2(x, bottom - 4.0)],
             Stroke::new(3.0, color),
         );
         p.add(egui::Shape::convex_polygon(
@@ -162,29 +196,36 @@ fn link_ui(ui: &mut egui::Ui, l: &Link) {
             color,
             Stroke::NONE,
         ));
-        ui.vertical(|ui| {
-            ui.horizontal(|ui| {
-                ui.label(RichText::new(&l.label).italics());
-                badge_ui(ui, &l.label, l.mark);
+    });
+}
+
+/// A JSON value as a tree: objects and lists fold, scalars show as JSON.
+fn json_tree_ui(ui: &mut egui::Ui, key: &str, v: &serde_json::Value, id: egui::Id, depth: usize) {
+    use serde_json::Value;
+    let id = id.with(key);
+    let children: Vec<(String, &Value)> = match v {
+        Value::Object(m) => m.iter().map(|(k, x)| (k.clone(), x)).collect(),
+        Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (format!("[{i}]"), x))
+            .collect(),
+        scalar => {
+            ui.horizontal_wrapped(|ui| {
+                ui.label(RichText::new(key).weak());
+                ui.label(RichText::new(scalar.to_string()).monospace());
             });
-            if l.checks.is_empty() {
-                ui.label(RichText::new("nothing to check").weak());
-            }
-            for c in &l.checks {
-                ui.horizontal(|ui| {
-                    ui.label(
-                        RichText::new(format!("{} {}", c.mark.symbol(), c.check))
-                            .monospace()
-                            .color(mark_color(ui, c.mark)),
-                    )
-                    .on_hover_text(
-                        crate::finding::CheckId::lookup(&c.check).map_or("", |id| id.rule()),
-                    );
-                    ui.label(RichText::new(&c.detail).weak().small());
-                });
+            return;
+        }
+    };
+    egui::CollapsingHeader::new(key)
+        .id_salt(id)
+        .default_open(depth < 2)
+        .show(ui, |ui| {
+            for (k, x) in children {
+                json_tree_ui(ui, &k, x, id, depth + 1);
             }
         });
-    });
 }
 
 /// Draws the tab.
@@ -225,11 +266,27 @@ pub(super) fn lineage_ui(
     egui::ScrollArea::both()
         .auto_shrink([false, false])
         .show(ui, |ui| {
+            ui.spacing_mut().item_spacing.y = 2.0;
             for (k, n) in chain.nodes.iter().enumerate() {
                 node_ui(ui, n);
                 if let Some(l) = chain.links.get(k) {
                     link_ui(ui, l);
                 }
+            }
+            let declared = s
+                .model
+                .bundle
+                .as_ref()
+                .and_then(|b| b.provenance.calibrated.clone());
+            if let Some(d) = declared {
+                ui.add_space(8.0);
+                json_tree_ui(
+                    ui,
+                    "calibration (provenance.calibration, as declared)",
+                    &d.calibration,
+                    ui.scope_id().with("lineage-calibration"),
+                    0,
+                );
             }
         });
 }

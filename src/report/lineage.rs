@@ -279,7 +279,15 @@ impl Chain {
                     },
                 ],
                 mark,
-                note: pc.map(|pc| pc.message.clone()).filter(|m| !m.is_empty()),
+                // Once verified, the link's checks say it all.
+                note: pc
+                    .filter(|pc| pc.status != ParentStatus::Verified)
+                    .map(|pc| pc.message.clone())
+                    .filter(|m| !m.is_empty())
+                    .or_else(|| {
+                        pc.is_none()
+                            .then(|| "the parent checks have not run yet".to_string())
+                    }),
             });
             links.push(Link::new(
                 "source of",
