@@ -322,3 +322,36 @@ fn other_gptq_names_stay_recognised_not_supported() {
     assert_eq!(run.code, 2);
     assert_eq!(run.json()["verdict"], "unsupported");
 }
+
+#[test]
+fn a_parent_that_cannot_be_opened_is_a_parent_finding() {
+    let o = Overlay::new(false);
+    let (code, r) = audit(&o.dir, &["--parent", "/definitely/not/a/parent"]);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(error_checks(&r), vec!["provenance.parent"], "{r:#}");
+    assert_eq!(r["provenance"]["parent_check"]["status"], "unreadable");
+    assert_eq!(
+        r["provenance"]["static_parent_scale_equality_rechecked"],
+        false
+    );
+}
+
+#[test]
+fn an_endless_provenance_list_is_bounded() {
+    let o = Overlay::new(false);
+    o.edit(|m| {
+        let names: Vec<Value> = (0..5000).map(|i| json!(format!("ghost.{i}"))).collect();
+        m["provenance"]["overlay"] = Value::Array(names);
+    });
+    let (code, r) = audit(&o.dir, &[]);
+    assert_eq!(code, 1);
+    let partition = findings_of(&r, "provenance.partition").len();
+    // At most one per examined entry, plus the real tensors now in neither list.
+    assert!(partition <= 2000 + 40, "{partition}");
+    assert!(
+        findings_of(&r, "provenance.field")
+            .iter()
+            .any(|f| f["message"].as_str().unwrap().contains("5000 entries")),
+        "{r:#}"
+    );
+}

@@ -174,6 +174,11 @@ pub fn overlay_identity(parent_manifest_sha256: &str, overlay: &[(String, String
     ))
 }
 
+/// Most entries examined in each of `overlay` and `copied`: a bundle has at
+/// most [`super::audio8::MAX_TENSORS`] records, so more is already wrong,
+/// and findings stay bounded whatever the manifest lists.
+pub const MAX_ENTRIES: usize = super::audio8::MAX_TENSORS;
+
 fn is_sha(s: &str) -> bool {
     s.len() == 64
         && s.bytes()
@@ -277,7 +282,8 @@ fn declared(block: Option<&Value>, f: &mut Vec<Finding>) -> Declared {
     }
     match obj.get("overlay") {
         Some(Value::Array(a)) => {
-            for (i, v) in a.iter().enumerate() {
+            too_long(a, "overlay", f);
+            for (i, v) in a.iter().take(MAX_ENTRIES).enumerate() {
                 match v {
                     Value::String(s) => d.overlay.push(s.clone()),
                     other => f.push(field_error(
@@ -300,7 +306,8 @@ fn declared(block: Option<&Value>, f: &mut Vec<Finding>) -> Declared {
     }
     match obj.get("copied") {
         Some(Value::Array(a)) => {
-            for (i, v) in a.iter().enumerate() {
+            too_long(a, "copied", f);
+            for (i, v) in a.iter().take(MAX_ENTRIES).enumerate() {
                 let name = v.get("name").and_then(Value::as_str);
                 let hash = v.get("range_sha256").and_then(Value::as_str);
                 match (name, hash) {
@@ -335,6 +342,18 @@ fn declared(block: Option<&Value>, f: &mut Vec<Finding>) -> Declared {
         f,
     );
     d
+}
+
+fn too_long(a: &[Value], field: &str, f: &mut Vec<Finding>) {
+    if a.len() > MAX_ENTRIES {
+        f.push(field_error(
+            field,
+            format!(
+                "provenance.{field} lists {} entries; a bundle has at most {MAX_ENTRIES} tensors (only the first {MAX_ENTRIES} are examined)",
+                a.len()
+            ),
+        ));
+    }
 }
 
 trait MaybeTensor {
@@ -406,6 +425,7 @@ fn partition(bundle: &Bundle, d: &Declared, f: &mut Vec<Finding>) {
         })
         .collect();
     unknown.sort_unstable();
+    // Both lists are capped at MAX_ENTRIES, so this is too.
     for n in unknown {
         f.push(err(
             n,
