@@ -125,13 +125,13 @@ fn a_plain_bundle_has_no_parent_and_the_compared_hook_fills_the_last_box() {
     assert!(has(&g, "this bundle: verified"));
     assert!(has(&g, "quantised from: unknown"));
     assert!(g.shows("no bundle compared"));
-    g.app().lineage_mut().compared = Some(Compared {
+    g.app().lineage_mut().set_compared(Some(Compared {
         path: "/elsewhere/other-bundle".into(),
         format: Some("audio8-mixed-bundle-v2".into()),
         identical: 20,
         changed: 3,
         ..Compared::default()
-    });
+    }));
     g.harness.run_steps(3);
     assert!(!g.shows("no bundle compared"));
     assert!(g.shows("/elsewhere/other-bundle"));
@@ -140,4 +140,26 @@ fn a_plain_bundle_has_no_parent_and_the_compared_hook_fills_the_last_box() {
     let chain = g.state().lineage().chain().unwrap();
     assert_eq!(chain.nodes.last().unwrap().kind, NodeKind::Compared);
     assert_eq!(chain.links.last().unwrap().mark, Mark::Verified);
+}
+
+#[test]
+fn replacing_the_compared_bundle_redraws_the_chain() {
+    let b = TestBundle::v2();
+    let mut g = gui();
+    g.open(&b.dir);
+    open_lineage(&mut g);
+    for (path, changed) in [("/first/compared", 1), ("/second/compared", 7)] {
+        g.app().lineage_mut().set_compared(Some(Compared {
+            path: path.into(),
+            changed,
+            ..Compared::default()
+        }));
+        g.harness.run_steps(2);
+        assert!(g.shows(path), "{path}");
+        assert!(g.shows(&format!("{changed} changed")), "{path}");
+    }
+    assert!(!g.shows("/first/compared"));
+    g.app().lineage_mut().set_compared(None);
+    g.harness.run_steps(2);
+    assert!(g.shows("no bundle compared"));
 }

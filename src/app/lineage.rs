@@ -16,16 +16,28 @@ use crate::report::lineage::{Chain, Compared, Inputs, Link, Mark, Node};
 #[derive(Default)]
 pub struct LineageView {
     /// The bundle the open one was compared with; the chain ends in "no
-    /// bundle compared" while this is `None`. Set by whoever compares.
-    pub compared: Option<Compared>,
+    /// bundle compared" while this is `None`. Set by whoever compares,
+    /// through [`LineageView::set_compared`].
+    compared: Option<Compared>,
     /// The parent folder picked for the open overlay (audited with it).
     pub(super) parent: Option<PathBuf>,
     /// The chain, rebuilt only when the session, its generation or the
     /// compared bundle change.
-    cache: Option<((u64, u64, bool), Chain)>,
+    cache: Option<((u64, u64), Chain)>,
 }
 
 impl LineageView {
+    /// Sets (or clears) the bundle the open one was compared with.
+    pub fn set_compared(&mut self, compared: Option<Compared>) {
+        self.compared = compared;
+        self.cache = None;
+    }
+
+    /// The bundle the open one was compared with.
+    pub fn compared(&self) -> Option<&Compared> {
+        self.compared.as_ref()
+    }
+
     /// The parent folder picked in this tab, if any.
     pub fn parent(&self) -> Option<&PathBuf> {
         self.parent.as_ref()
@@ -37,7 +49,7 @@ impl LineageView {
     }
 
     fn refresh(&mut self, s: &Session) {
-        let key = (s.id, s.generation, self.compared.is_some());
+        let key = (s.id, s.generation);
         if self.cache.as_ref().is_some_and(|(k, _)| *k == key) {
             return;
         }
