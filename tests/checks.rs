@@ -6,6 +6,7 @@ mod common;
 
 use std::fs;
 
+use common::gptq::{NORM, Overlay};
 use common::nvfp4::Artifact;
 use common::*;
 use serde_json::{Value, json};
@@ -542,6 +543,7 @@ fn every_registered_check_has_a_case() {
         .iter()
         .map(|c| c.check)
         .chain(nvfp4_cases().iter().map(|c| c.check))
+        .chain(gptq_cases().iter().map(|c| c.check))
         .chain(elsewhere.iter().map(|(id, _)| *id))
         .collect();
     for c in bundlescope::finding::checks::ALL {
@@ -557,5 +559,215 @@ fn every_registered_check_has_a_case() {
             bundlescope::finding::CheckId::lookup(id).is_some(),
             "case for an unregistered check id {id}"
         );
+    }
+}
+
+/// A corruption of a calibrated GPTQ-Q4 overlay (written by the real
+/// binary on top of a sample parent) that must trigger `check` with
+/// `severity`, and exactly the error checks `errors`. `beside`: the parent
+/// lies beside the overlay (found as a sibling); `make` may return a
+/// folder to pass as `--parent`.
+struct GptqCase {
+    check: &'static str,
+    severity: &'static str,
+    errors: &'static [&'static str],
+    beside: bool,
+    tensor: Option<&'static str>,
+    make: fn(&Overlay) -> Option<std::path::PathBuf>,
+}
+
+/// In `errors`: the case's own check.
+const SELF: &str = "<self>";
+
+fn gptq_cases() -> Vec<GptqCase> {
+    fn err(check: &'static str, make: fn(&Overlay) -> Option<std::path::PathBuf>) -> GptqCase {
+        GptqCase {
+            check,
+            severity: "error",
+            errors: &[SELF],
+            beside: false,
+            tensor: None,
+            make,
+        }
+    }
+    vec![
+        err("provenance.field", |o| {
+            o.edit(|m| {
+                m["provenance"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("calibration");
+            });
+            None
+        }),
+        GptqCase {
+            tensor: Some(V_PROJ),
+            ..err("provenance.partition", |o| {
+                // An overlay tensor listed under copied too, with its true hash.
+                let sha = o.range_sha(V_PROJ);
+                o.edit(|m| {
+                    m["provenance"]["copied"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": V_PROJ, "range_sha256": sha}))
+                });
+                None
+            })
+        },
+        GptqCase {
+            tensor: Some(NORM),
+            ..err("provenance.partition", |o| {
+                // A copied tensor in neither list.
+                o.edit(|m| {
+                    m["provenance"]["copied"]
+                        .as_array_mut()
+                        .unwrap()
+                        .retain(|e| e["name"] != NORM)
+                });
+                None
+            })
+        },
+        GptqCase {
+            tensor: Some(GATE),
+            ..err("provenance.overlay_q4", |o| {
+                // A q3 tensor moved from copied to overlay, identity redone.
+                o.edit(|m| {
+                    let p = &mut m["provenance"];
+                    p["copied"]
+                        .as_array_mut()
+                        .unwrap()
+                        .retain(|e| e["name"] != GATE);
+                    p["overlay"].as_array_mut().unwrap().push(json!(GATE));
+                });
+                o.reidentify();
+                None
+            })
+        },
+        GptqCase {
+            tensor: Some(NORM),
+            ..err("provenance.copied_hash", |o| {
+                o.edit(|m| {
+                    for e in m["provenance"]["copied"].as_array_mut().unwrap() {
+                        if e["name"] == NORM {
+                            e["range_sha256"] = json!("0".repeat(64));
+                        }
+                    }
+                });
+                None
+            })
+        },
+        err("provenance.overlay_identity", |o| {
+            o.edit(|m| m["provenance"]["overlay_identity_sha256"] = json!("ab".repeat(32)));
+            None
+        }),
+        err("provenance.parent", |o| {
+            // --parent names a valid bundle that is not the declared parent.
+            let other = o.dir.parent().unwrap().join("not-the-parent");
+            let run = cli(&["sample", other.to_str().unwrap(), "--seed", "8"]);
+            assert_eq!(run.code, 0, "{}", run.stderr);
+            Some(other)
+        }),
+        GptqCase {
+            beside: true,
+            tensor: Some(NORM),
+            ..err("provenance.parent_copied", |o| {
+                // The overlay's copy of a dense tensor altered, its declared
+                // range hash updated: only the parent can tell.
+                let mut b = o.bytes_of(NORM);
+                b[4..8].copy_from_slice(&1.5f32.to_le_bytes());
+                o.set_bytes(NORM, &b);
+                let sha = o.range_sha(NORM);
+                o.edit(|m| {
+                    for e in m["provenance"]["copied"].as_array_mut().unwrap() {
+                        if e["name"] == NORM {
+                            e["range_sha256"] = json!(sha);
+                        }
+                    }
+                });
+                None
+            })
+        },
+        GptqCase {
+            beside: true,
+            tensor: Some(V_PROJ),
+            ..err("provenance.parent_overlay", |o| {
+                // An overlay tensor put back to the parent's exact bytes.
+                let parent = common::TestBundle {
+                    tmp: tempfile::tempdir().unwrap(),
+                    dir: o.parent.clone(),
+                };
+                let r = parent.record(V_PROJ);
+                let (off, n) = (
+                    r["offset"].as_u64().unwrap() as usize,
+                    r["bytes"].as_u64().unwrap() as usize,
+                );
+                let bytes = fs::read(parent.payload()).unwrap()[off..off + n].to_vec();
+                o.set_bytes(V_PROJ, &bytes);
+                o.reidentify();
+                None
+            })
+        },
+        GptqCase {
+            severity: "info",
+            errors: &[],
+            beside: true,
+            ..err("provenance.parent_scales", |_| None)
+        },
+    ]
+}
+
+fn assert_gptq_case(case: &GptqCase) {
+    let o = Overlay::new(case.beside);
+    let parent = (case.make)(&o);
+    let mut args = vec![
+        "audit".to_string(),
+        o.dir.display().to_string(),
+        "--json".into(),
+    ];
+    if let Some(p) = parent {
+        args.extend(["--parent".to_string(), p.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = cli(&args);
+    let report = run.json();
+    let mut want: Vec<&str> = case
+        .errors
+        .iter()
+        .map(|&e| if e == SELF { case.check } else { e })
+        .collect();
+    want.sort();
+    assert_eq!(error_checks(&report), want, "{}: {report:#}", case.check);
+    assert_eq!(
+        run.code,
+        if want.is_empty() { 0 } else { 1 },
+        "{}",
+        case.check
+    );
+    let hits = findings_of(&report, case.check);
+    assert!(
+        hits.iter().any(|f| f["severity"] == case.severity),
+        "{}: no {} finding: {report:#}",
+        case.check,
+        case.severity
+    );
+    if let Some(t) = case.tensor {
+        assert!(
+            hits.iter().any(|f| f["tensor"] == t),
+            "{}: no finding names {t}: {hits:#?}",
+            case.check
+        );
+    }
+    for f in &hits {
+        assert!(
+            f["message"].as_str().is_some_and(|m| m.len() > 20),
+            "terse message: {f}"
+        );
+    }
+}
+
+#[test]
+fn every_gptq_overlay_corruption_is_caught() {
+    for case in gptq_cases() {
+        assert_gptq_case(&case);
     }
 }

@@ -60,6 +60,13 @@ pub enum Command {
     ShowFirstError,
     /// Copy or save a chart as PNG.
     ExportChart(super::ChartShot),
+    /// Open the built-in demo's calibrated GPTQ-Q4 overlay (its parent, the
+    /// demo bundle, beside it).
+    OpenDemoOverlay,
+    /// Show the folder picker for the open overlay's parent bundle.
+    PickParent,
+    /// Audit the open overlay again against this parent folder.
+    SetParent(PathBuf),
 }
 
 /// The queue panels push commands into: the only way a panel changes what
@@ -120,6 +127,7 @@ enum DialogKind {
     Open,
     Save,
     Reference,
+    Parent,
 }
 
 /// A file dialog (or another one-shot job whose answer is a path to act
@@ -205,6 +213,18 @@ impl App {
                 Command::ShowOverlay(o) => self.show_overlay(o),
                 Command::ShowFirstError => self.show_first_error(),
                 Command::ExportChart(shot) => self.export_chart(shot),
+                Command::OpenDemoOverlay => self.start_chore("demo", |_| {
+                    Chore::Demo(crate::sample::gptq::demo_overlay().map_err(|e| format!("{e:#}")))
+                }),
+                Command::PickParent => self.start_dialog(DialogKind::Parent),
+                Command::SetParent(dir) => {
+                    if let Some(s) = &self.session {
+                        let p = s.path.clone();
+                        self.lineage.parent = Some(dir);
+                        self.open(p, false);
+                        self.central = CentralTab::Lineage;
+                    }
+                }
             }
         }
     }
@@ -249,6 +269,9 @@ impl App {
             DialogKind::Reference => rfd::FileDialog::new()
                 .set_title("Choose the reference checkpoint folder")
                 .pick_folder(),
+            DialogKind::Parent => rfd::FileDialog::new()
+                .set_title("Choose the parent bundle folder")
+                .pick_folder(),
         });
         match job {
             Ok(job) => self.dialog = Some(Dialog { kind, job }),
@@ -269,6 +292,7 @@ impl App {
             (DialogKind::Open, Some(p)) => self.send(Command::Open(p)),
             (DialogKind::Save, Some(p)) => self.send(Command::SaveReport(p)),
             (DialogKind::Reference, Some(p)) => self.send(Command::SetReference(p)),
+            (DialogKind::Parent, Some(p)) => self.send(Command::SetParent(p)),
             (_, None) => {
                 if cfg!(target_os = "linux") {
                     self.set_notice(

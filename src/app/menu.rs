@@ -18,10 +18,11 @@ pub enum Overlay {
 }
 
 /// The View menu's tabs: label, tab, shortcut.
-const CENTRAL_TABS: [(&str, CentralTab, Action); 3] = [
+const CENTRAL_TABS: [(&str, CentralTab, Action); 4] = [
     ("Tensors", CentralTab::Tensors, Action::TabTensors),
     ("Quality", CentralTab::Quality, Action::TabQuality),
     ("Spot checks", CentralTab::SpotChecks, Action::TabSpotChecks),
+    ("Lineage", CentralTab::Lineage, Action::TabLineage),
 ];
 
 /// MLX's version, asked for on a job the first time About opens (the

@@ -10,6 +10,7 @@ mod commands;
 mod detail;
 mod histograms;
 pub mod jobs;
+mod lineage;
 mod menu;
 mod nvfp4;
 mod opening;
@@ -31,6 +32,7 @@ use egui::{Color32, RichText, ThemePreference};
 pub use cache::AuditCache;
 pub use chart_export::{ChartShot, ChartTarget, crop, encode_png};
 pub use commands::{Command, Commands, Notice};
+pub use lineage::LineageView;
 pub use menu::{Overlay, version_text};
 pub use nvfp4::{ExpertSort, HeatStat, Nvfp4View};
 pub use quality::{QualityPanel, QualitySort, quality_rows};
@@ -61,6 +63,8 @@ pub enum CentralTab {
     Quality,
     /// MLX spot checks of every tensor.
     SpotChecks,
+    /// The provenance chain: source, parent, this bundle, a compared one.
+    Lineage,
 }
 
 /// Which tab the right-hand panel shows.
@@ -92,6 +96,7 @@ pub struct App {
     reverify_limit: u64,
     nvfp4: Nvfp4View,
     spot: SpotView,
+    lineage: LineageView,
     dialog: Option<Dialog>,
     ctx: Option<egui::Context>,
     /// The `?` list or About, when shown.
@@ -124,6 +129,7 @@ impl App {
             reverify_limit: REVERIFY_LIMIT,
             nvfp4: Nvfp4View::default(),
             spot: SpotView::default(),
+            lineage: LineageView::default(),
             dialog: None,
             ctx: None,
             overlay: None,
@@ -194,6 +200,16 @@ impl App {
         &mut self.spot
     }
 
+    /// The Lineage tab's state (its chain, the picked parent).
+    pub fn lineage(&self) -> &LineageView {
+        &self.lineage
+    }
+
+    /// The Lineage tab's state, to set the compared bundle.
+    pub fn lineage_mut(&mut self) -> &mut LineageView {
+        &mut self.lineage
+    }
+
     /// Recently opened bundles, newest first.
     pub fn recent(&self) -> &[PathBuf] {
         self.recent.paths()
@@ -262,6 +278,7 @@ impl App {
                 Action::TabTensors => tx.send(Command::ShowTab(CentralTab::Tensors)),
                 Action::TabQuality => tx.send(Command::ShowTab(CentralTab::Quality)),
                 Action::TabSpotChecks => tx.send(Command::ShowTab(CentralTab::SpotChecks)),
+                Action::TabLineage => tx.send(Command::ShowTab(CentralTab::Lineage)),
                 Action::Help => tx.send(Command::ShowOverlay(menu::Overlay::Shortcuts)),
                 // Handled by their panel (`pressed` does not return them).
                 Action::PreviousExpert | Action::NextExpert => {}
@@ -362,6 +379,7 @@ impl App {
                     ui.selectable_value(&mut self.central, CentralTab::Tensors, "Tensors");
                     ui.selectable_value(&mut self.central, CentralTab::Quality, "Quality");
                     ui.selectable_value(&mut self.central, CentralTab::SpotChecks, "Spot checks");
+                    ui.selectable_value(&mut self.central, CentralTab::Lineage, "Lineage");
                 });
                 if self.table.focus_filter {
                     self.central = CentralTab::Tensors;
@@ -385,6 +403,9 @@ impl App {
                     ),
                     CentralTab::SpotChecks => {
                         spotcheck::central_ui(ui, &mut self.spot, Some(&bundle), &mut self.commands)
+                    }
+                    CentralTab::Lineage => {
+                        lineage::lineage_ui(ui, &mut self.lineage, session, &mut self.commands)
                     }
                 }
             });
@@ -528,6 +549,8 @@ pub enum Start {
     Welcome,
     /// The demo bundle.
     Demo,
+    /// The demo's calibrated GPTQ-Q4 overlay, its parent beside it.
+    DemoOverlay,
     /// This bundle.
     Open(PathBuf),
 }
@@ -556,6 +579,10 @@ pub fn run(start: Start) -> anyhow::Result<()> {
             match start {
                 Start::Welcome => {}
                 Start::Demo => app.send(Command::OpenDemo),
+                Start::DemoOverlay => {
+                    app.send(Command::OpenDemoOverlay);
+                    app.central = CentralTab::Lineage;
+                }
                 Start::Open(p) => app.send(Command::Open(p)),
             }
             app.handle_commands();

@@ -85,6 +85,7 @@ fn start_audit(
     path: PathBuf,
     cache: Option<AuditCache>,
     wake: Option<egui::Context>,
+    parent: Option<PathBuf>,
 ) -> Result<Job<AuditMsg>, String> {
     // Bounded like the audit's own stream, for the same reason: a pass
     // outruns a busy window, and memory must not grow without limit.
@@ -103,7 +104,11 @@ fn start_audit(
             }
             return;
         }
-        audit::run(&path, &audit::Options::default(), w.token(), &|e| {
+        let options = audit::Options {
+            parent,
+            ..audit::Options::default()
+        };
+        audit::run(&path, &options, w.token(), &|e| {
             // A closed channel means nobody listens: the token stops the pass.
             w.send(AuditMsg::Event(e));
         });
@@ -115,6 +120,11 @@ impl App {
     /// otherwise audits it; the running audit of the previous bundle is
     /// cancelled.
     pub fn open(&mut self, path: PathBuf, use_cache: bool) {
+        // A parent picked in the Lineage tab stays with its bundle only.
+        if self.session.as_ref().is_none_or(|s| s.path != path) {
+            self.lineage.parent = None;
+        }
+        let parent = self.lineage.parent.clone();
         self.opening.stop();
         self.selected = None;
         self.notice = None;
@@ -125,7 +135,7 @@ impl App {
         // The session appears at once ("Opening…"); the job fills it.
         self.session = Some(Session::new(path.clone()));
         let cache = self.cache.clone().filter(|_| use_cache);
-        match start_audit(path, cache, self.ctx.clone()) {
+        match start_audit(path, cache, self.ctx.clone(), parent) {
             Ok(job) => self.opening.audit = Some(job),
             Err(e) => self.set_notice(format!("could not start the audit: {e}"), true),
         }
@@ -244,7 +254,12 @@ impl App {
         if payload > self.reverify_limit {
             return;
         }
-        match start_audit(s.path.clone(), None, self.ctx.clone()) {
+        match start_audit(
+            s.path.clone(),
+            None,
+            self.ctx.clone(),
+            self.lineage.parent.clone(),
+        ) {
             Ok(job) => {
                 self.opening.reverify = Some(Reverify {
                     job,

@@ -33,6 +33,12 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
                 p.source_revision.clone().unwrap_or_else(|| "—".into()),
             );
             row("profile", p.profile.clone().unwrap_or_else(|| "—".into()));
+            if p.calibrated.is_some() {
+                row(
+                    "read as",
+                    format!("{} (see Lineage)", crate::format::gptq::READING),
+                );
+            }
             row("manifest SHA-256", p.manifest_sha256.clone());
             row(
                 "config.json (expected)",

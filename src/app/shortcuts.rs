@@ -33,6 +33,8 @@ pub enum Action {
     TabQuality,
     /// Show the Spot checks tab.
     TabSpotChecks,
+    /// Show the Lineage tab.
+    TabLineage,
     /// Show the list of shortcuts.
     Help,
     /// The NVFP4 panel's previous expert.
@@ -151,6 +153,12 @@ pub const SHORTCUTS: &[Shortcut] = &[
         cmd(Key::Num3),
         true,
         "Show the Spot checks tab",
+    ),
+    row(
+        Action::TabLineage,
+        cmd(Key::Num4),
+        true,
+        "Show the Lineage tab",
     ),
     row(
         Action::Next,
@@ -301,6 +309,7 @@ mod tests {
             TabTensors,
             TabQuality,
             TabSpotChecks,
+            TabLineage,
             Help,
             PreviousExpert,
             NextExpert,

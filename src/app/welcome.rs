@@ -14,6 +14,7 @@ use super::{Command, Commands, MAX_RECENT};
 pub const READS: &[&str] = &[
     "audio8 mixed-precision bundles (v1 and v2)",
     "mlx-nvfp4 MoE artifacts",
+    "calibrated GPTQ-Q4 overlays (bundlescope's documented reading)",
 ];
 
 /// The recent-bundles list and what a job last found of each entry.
@@ -131,6 +132,20 @@ pub(super) fn welcome_ui(
             .clicked()
         {
             tx.send(Command::OpenDemo);
+        }
+        ui.add_space(4.0);
+        let overlay = ui.add_enabled(
+            busy.is_none(),
+            egui::Button::new(RichText::new("Open demo GPTQ-Q4 overlay").size(16.0))
+                .min_size(egui::vec2(240.0, 36.0)),
+        );
+        if overlay
+            .on_hover_text(
+                "A calibrated GPTQ-Q4 overlay of the demo bundle, written beside it: see the Lineage tab",
+            )
+            .clicked()
+        {
+            tx.send(Command::OpenDemoOverlay);
         }
         if let Some(label) = busy {
             ui.horizontal(|ui| {

@@ -2,6 +2,7 @@
 //! of [`Event`]s from a named worker thread. It never prints.
 
 mod pass;
+mod provenance;
 mod ranges;
 pub mod scan;
 
@@ -87,6 +88,9 @@ pub enum Event {
         /// SHA-256 of exactly its `[offset, offset + bytes)` (lower-case hex).
         sha256: String,
     },
+    /// What the audit measured of a calibrated GPTQ-Q4 overlay's
+    /// provenance (once, after the pass; only for that format).
+    Provenance(Box<crate::format::gptq::ProvenanceReport>),
     /// The audit ended.
     Finished(Result<Outcome, Failure>),
 }
@@ -133,6 +137,10 @@ pub struct Options {
     /// default: the second SHA-256 stream costs a core, and the default pass
     /// already keeps both cores of a small machine busy.
     pub range_hashes: bool,
+    /// The parent bundle of a calibrated GPTQ-Q4 overlay (`--parent DIR`);
+    /// without it the audit looks for a folder beside the bundle whose
+    /// manifest hash is the declared parent's.
+    pub parent: Option<PathBuf>,
 }
 
 /// Where events go. Must be cheap: it is called from the pass.
@@ -303,5 +311,48 @@ fn audit_bundle(
             });
         }
     }
-    pass::payload(bundle, options, cancel, emit)
+    let Some(declared) = bundle.provenance.calibrated.clone() else {
+        return pass::payload(bundle, options, cancel, emit);
+    };
+    // A calibrated overlay: its checks need every tensor's range hash, so
+    // they are always computed, and gathered here as they pass by.
+    for check in [
+        checks::PROVENANCE_FIELD,
+        checks::PROVENANCE_PARTITION,
+        checks::PROVENANCE_OVERLAY_Q4,
+    ] {
+        if !bundle.findings.iter().any(|f| f.check == check) {
+            emit(Event::Passed {
+                check,
+                tensor: None,
+            });
+        }
+    }
+    let hashes = std::sync::Mutex::new(vec![None; bundle.tensors.len()]);
+    let gather = |e: Event| {
+        if let Event::TensorHashed { tensor, sha256 } = &e
+            && let Ok(mut h) = hashes.lock()
+            && let Some(slot) = h.get_mut(*tensor)
+        {
+            *slot = Some(sha256.clone());
+        }
+        emit(e);
+    };
+    let with_ranges = Options {
+        range_hashes: true,
+        ..options.clone()
+    };
+    pass::payload(bundle, &with_ranges, cancel, &gather)?;
+    if !cancel.is_cancelled() {
+        let hashes = hashes.into_inner().unwrap_or_default();
+        provenance::check(
+            bundle,
+            &declared,
+            &hashes,
+            options.parent.as_deref(),
+            cancel,
+            emit,
+        );
+    }
+    Ok(())
 }

@@ -20,6 +20,10 @@ pub struct Args {
     /// report), in the same read, on one more core.
     #[arg(long)]
     pub range_hashes: bool,
+    /// The parent bundle of a calibrated GPTQ-Q4 overlay (default: a folder
+    /// beside it whose manifest hash is the declared parent's).
+    #[arg(long, value_name = "DIR")]
+    pub parent: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -27,6 +31,7 @@ pub fn run(a: Args) -> Result<i32> {
         a.dir.clone(),
         audit::Options {
             range_hashes: a.range_hashes,
+            parent: a.parent.clone(),
             ..audit::Options::default()
         },
         None,
@@ -126,6 +131,13 @@ fn print_summary(r: &Report) {
             if !at.is_empty() {
                 println!("          at {}", at.join(", "));
             }
+        }
+    }
+    if r.provenance.gptq.is_some() {
+        println!("\nprovenance:");
+        let chain = bundlescope::report::lineage::Chain::of_report(r, None);
+        for line in chain.to_text().lines() {
+            println!("  {line}");
         }
     }
     println!("\nfiles:");

@@ -41,6 +41,10 @@ struct Cli {
     /// Open the built-in demo bundle.
     #[arg(long)]
     demo: bool,
+    /// Open the demo's calibrated GPTQ-Q4 overlay (its parent, the demo
+    /// bundle, written beside it).
+    #[arg(long)]
+    demo_overlay: bool,
 }
 
 #[derive(Subcommand)]
@@ -106,7 +110,7 @@ pub fn main() -> i32 {
         Some(Command::Spotcheck(a)) => spotcheck::run(a),
         Some(Command::Completions(a)) => completions::run(a),
         Some(Command::Diff(a)) => diff::run(a),
-        None => open_demo_or_dir(cli.dir, cli.demo),
+        None => open_demo_or_dir(cli.dir, cli.demo, cli.demo_overlay),
     };
     match result {
         Ok(code) => code,
@@ -174,21 +178,23 @@ fn suggested_subcommand(word: &str) -> Option<String> {
 
 /// Opens the desktop app on a bundle, the demo or the welcome screen.
 #[cfg(feature = "gui")]
-fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool) -> anyhow::Result<i32> {
+fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool, overlay: bool) -> anyhow::Result<i32> {
     use bundlescope::app::{Start, run};
-    run(match (dir, demo) {
-        (Some(d), _) => Start::Open(d),
-        (None, true) => Start::Demo,
-        (None, false) => Start::Welcome,
+    run(match (dir, demo, overlay) {
+        (Some(d), _, _) => Start::Open(d),
+        (None, _, true) => Start::DemoOverlay,
+        (None, true, false) => Start::Demo,
+        (None, false, false) => Start::Welcome,
     })?;
     Ok(EXIT_OK)
 }
 
 /// Without the desktop app, opening a bundle audits it in the terminal.
 #[cfg(not(feature = "gui"))]
-fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool) -> anyhow::Result<i32> {
-    let dir = match (dir, demo) {
+fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool, overlay: bool) -> anyhow::Result<i32> {
+    let dir = match (dir, demo || overlay) {
         (Some(d), _) => d,
+        (None, true) if overlay => bundlescope::sample::gptq::demo_overlay()?,
         (None, true) => bundlescope::sample::demo_bundle()?,
         (None, false) => {
             use clap::CommandFactory;
@@ -200,5 +206,6 @@ fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool) -> anyhow::Result<i32> {
         dir,
         json: false,
         range_hashes: false,
+        parent: None,
     })
 }

@@ -11,7 +11,8 @@ use bundlescope::sample::{self, SampleFormat, SampleOptions};
 pub struct Args {
     /// Folder to create (must be new or empty).
     pub dir: PathBuf,
-    /// audio8-v2 (default), audio8-v1 or nvfp4 (an mlx-nvfp4 MoE artifact).
+    /// audio8-v2 (default), audio8-v1, nvfp4 (an mlx-nvfp4 MoE artifact) or
+    /// gptq-q4 (a calibrated GPTQ-Q4 overlay of --parent).
     #[arg(long, default_value = "audio8-v2")]
     pub format: String,
     /// Seed of every random choice.
@@ -30,11 +31,42 @@ pub struct Args {
     /// tensor names) for `spotcheck --reference REF` (audio8 samples).
     #[arg(long)]
     pub reference: Option<PathBuf>,
+    /// gptq-q4: the audio8 bundle the overlay recalibrates (only read).
+    #[arg(long, value_name = "DIR")]
+    pub parent: Option<PathBuf>,
+    /// gptq-q4: a tensor to recalibrate (repeat it; default: every q3_full8
+    /// tensor and two q4 projections).
+    #[arg(long = "overlay", value_name = "NAME")]
+    pub overlay: Vec<String>,
 }
 
 pub fn run(a: Args) -> Result<i32> {
     if a.reference.is_some() && a.format.contains("nvfp4") {
         anyhow::bail!("--reference writes the source of audio8 samples only");
+    }
+    if a.parent.is_some() != (a.format == "gptq-q4") {
+        anyhow::bail!(
+            "--format gptq-q4 and --parent DIR go together: an overlay is written on top of a parent (write one with `bundlescope sample PARENT`)"
+        );
+    }
+    if let Some(parent) = &a.parent {
+        let s = sample::gptq::write_overlay(
+            parent,
+            &a.dir,
+            &sample::gptq::OverlayOptions {
+                seed: a.seed,
+                overlay: (!a.overlay.is_empty()).then(|| a.overlay.clone()),
+            },
+        )?;
+        println!(
+            "wrote {} (overlay of {}: {} tensors recalibrated, {} copied, {} payload)",
+            s.dir.display(),
+            parent.display(),
+            s.overlay.len(),
+            s.copied,
+            human_bytes(s.payload_bytes)
+        );
+        return Ok(super::EXIT_OK);
     }
     if a.format == "nvfp4" || a.format == "mlx-nvfp4" {
         let big = a.size_mib.is_some();

@@ -90,7 +90,7 @@ macro_rules! checks {
 checks! {
     ALL:
     BUNDLE_OPEN = "bundle.open": "the path exists, can be read and is a bundle folder (or its manifest.json) whose manifest names a known format";
-    BUNDLE_UNSUPPORTED = "bundle.unsupported": "the bundle's format is one bundlescope can audit (GPTQ-Q4 and A8MOD001 are recognised but not yet supported)";
+    BUNDLE_UNSUPPORTED = "bundle.unsupported": "the bundle's format is one bundlescope can audit (GPTQ-Q4 variants other than audio8-gptq-q4-calibrated-v1, and A8MOD001, are recognised but not yet supported)";
     MANIFEST_PARSE = "manifest.parse": "manifest.json is a non-empty, valid JSON object";
     MANIFEST_FIELD = "manifest.field": "every required manifest key is present with the right JSON type";
     MANIFEST_GROUP_SIZE = "manifest.group_size": "the bundle's group_size is 64";
@@ -130,6 +130,15 @@ checks! {
     GLOBAL_SCALE = "nvfp4.global_scale": "every expert's global_scale is finite and greater than 0";
     E4M3_SCALES = "nvfp4.scales": "no E4M3 scale byte is NaN (0x7F or 0xFF)";
     NVFP4_DTYPE = "nvfp4.dtype": "every tensor outside the experts is BF16";
+    PROVENANCE_FIELD = "provenance.field": "a calibrated GPTQ-Q4 overlay has a provenance block: parent {manifest_sha256, weights_sha256, source_revision}, calibration (an object), overlay (names), copied ([{name, range_sha256}]) and overlay_identity_sha256, hashes as 64 lower-case hex digits";
+    PROVENANCE_PARTITION = "provenance.partition": "every tensor record is in exactly one of provenance.overlay and provenance.copied, and every name listed there is a tensor record";
+    PROVENANCE_OVERLAY_Q4 = "provenance.overlay_q4": "every overlay (recalibrated) tensor is q4";
+    PROVENANCE_COPIED_HASH = "provenance.copied_hash": "every copied tensor's range_sha256 equals the SHA-256 of its byte range in the payload";
+    PROVENANCE_IDENTITY = "provenance.overlay_identity": "overlay_identity_sha256 equals the SHA-256 of the canonical JSON of {parent: parent.manifest_sha256, overlay: [{name, range_sha256}] sorted by name}";
+    PROVENANCE_PARENT = "provenance.parent": "the parent bundle (--parent DIR, picked in the app, or a sibling folder) has the declared manifest SHA-256, weights SHA-256 and source revision (info when no parent is at hand)";
+    PROVENANCE_PARENT_COPIED = "provenance.parent_copied": "every copied tensor is byte-identical to the parent's tensor of that name";
+    PROVENANCE_PARENT_OVERLAY = "provenance.parent_overlay": "every overlay tensor has the parent's name and shape and differs from the parent's bytes";
+    PROVENANCE_PARENT_SCALES = "provenance.parent_scales": "(info) whether each overlay tensor's F16 scales equal the parent's: static parent scale equality";
 }
 
 checks! {

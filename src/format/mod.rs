@@ -2,6 +2,7 @@
 //! and the tensor index. Parsing never trusts a number before bounding it.
 
 pub mod audio8;
+pub mod gptq;
 pub mod json;
 mod model;
 pub mod nvfp4;
@@ -173,11 +174,12 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
         FormatKind::Audio8V1 | FormatKind::Audio8V2 => {
             Ok(audio8::parse(dir, manifest_path, bytes, object, format))
         }
+        FormatKind::GptqQ4Calibrated => Ok(gptq::parse(dir, manifest_path, bytes, object)),
         FormatKind::GptqQ4 => Err(OpenError::Unsupported {
             path: dir,
             format,
             detail:
-                "its provenance block is not verified yet; the payload rules are those of audio8"
+                "bundlescope reads only audio8-gptq-q4-calibrated-v1 (docs/provenance.md); other GPTQ-Q4 variants are not verified"
                     .into(),
         }),
         FormatKind::Native => Err(OpenError::Unsupported {
@@ -249,6 +251,7 @@ pub fn detect(manifest: &serde_json::Map<String, serde_json::Value>) -> Result<F
             "audio8-mixed-bundle-v1" => Ok(FormatKind::Audio8V1),
             "audio8-mixed-bundle-v2" => Ok(FormatKind::Audio8V2),
             "A8MOD001" => Ok(FormatKind::Native),
+            gptq::FORMAT => Ok(FormatKind::GptqQ4Calibrated),
             f if f.to_ascii_lowercase().contains("gptq") => Ok(FormatKind::GptqQ4),
             f => Err(format!(
                 "unknown format {f:?} (expected audio8-mixed-bundle-v1, audio8-mixed-bundle-v2, A8MOD001, a GPTQ-Q4 bundle or an mlx-nvfp4 artifact)"

@@ -21,6 +21,10 @@ pub enum FormatKind {
     /// The calibrated GPTQ-Q4 bundle (audio8 payload plus a provenance block).
     #[serde(rename = "gptq-q4-calibrated")]
     GptqQ4,
+    /// `audio8-gptq-q4-calibrated-v1`: a calibrated GPTQ-Q4 overlay, read
+    /// as docs/provenance.md documents it (format/gptq).
+    #[serde(rename = "audio8-gptq-q4-calibrated-v1")]
+    GptqQ4Calibrated,
     /// `A8MOD001`, the native bundle.
     #[serde(rename = "A8MOD001")]
     Native,
@@ -40,6 +44,7 @@ impl FormatKind {
             FormatKind::Audio8V1 => "audio8-mixed-bundle-v1",
             FormatKind::Audio8V2 => "audio8-mixed-bundle-v2",
             FormatKind::GptqQ4 => "gptq-q4-calibrated",
+            FormatKind::GptqQ4Calibrated => super::gptq::FORMAT,
             FormatKind::Native => "A8MOD001",
             FormatKind::Nvfp4 => "mlx-nvfp4",
             FormatKind::Unknown => "unknown",
@@ -52,6 +57,7 @@ impl FormatKind {
             FormatKind::Audio8V1 => "audio8 v1",
             FormatKind::Audio8V2 => "audio8 v2",
             FormatKind::GptqQ4 => "GPTQ-Q4",
+            FormatKind::GptqQ4Calibrated => "GPTQ-Q4 overlay",
             FormatKind::Native => "A8MOD001",
             FormatKind::Nvfp4 => "mlx-nvfp4",
             FormatKind::Unknown => "unknown format",
@@ -380,6 +386,13 @@ pub struct Provenance {
     pub expected_config_sha256: Option<String>,
     /// SHA-256 of manifest.json as read.
     pub manifest_sha256: String,
+    /// A calibrated GPTQ-Q4 overlay's `provenance` block as declared.
+    #[serde(skip)]
+    pub calibrated: Option<std::sync::Arc<super::gptq::Declared>>,
+    /// What the audit measured of that block (the report's `provenance`
+    /// carries its fields; set by the report, never by a format parser).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub gptq: Option<Box<super::gptq::ProvenanceReport>>,
 }
 
 /// An opened bundle: everything learned from the manifest, before any payload

@@ -1,6 +1,8 @@
 //! The report: one schema for the CLI's `--json`, the GUI's "Save report…"
 //! and every later command. Built by folding audit [`Event`]s.
 
+pub mod lineage;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -188,6 +190,8 @@ pub struct ReportBuilder {
     /// Per-tensor range hashes, indexed like the bundle's tensors (aliases
     /// stay `None` here; the report gives them their target's).
     pub range_hashes: Vec<Option<String>>,
+    /// What the audit measured of a calibrated GPTQ-Q4 overlay's provenance.
+    pub gptq: Option<Box<crate::format::gptq::ProvenanceReport>>,
     /// Set when finished.
     pub outcome: Option<Result<Outcome, Failure>>,
 }
@@ -252,6 +256,7 @@ impl ReportBuilder {
                     *h = Some(sha256.clone());
                 }
             }
+            Event::Provenance(p) => self.gptq = Some(p.clone()),
             Event::Finished(r) => self.outcome = Some(r.clone()),
         }
     }
@@ -297,7 +302,10 @@ impl ReportBuilder {
             tensors,
             files: self.files.clone(),
             totals: totals(&b.tensors),
-            provenance: b.provenance.clone(),
+            provenance: Provenance {
+                gptq: self.gptq.clone(),
+                ..b.provenance.clone()
+            },
             duration_s: match &self.outcome {
                 Some(Ok(o)) => Some(o.duration.as_secs_f64()),
                 _ => None,

@@ -1,0 +1,577 @@
+//! The provenance chain as plain data: source revision → parent bundle (for
+//! a calibrated GPTQ-Q4 overlay) → this bundle → a compared bundle, each
+//! node with its hashes and a verified / mismatch / unknown mark, each link
+//! with the checks that tie its two ends. The app's Lineage tab draws it,
+//! [`Chain::to_text`] prints it, and a report renderer can walk it.
+
+use serde::{Deserialize, Serialize};
+
+use super::{FileRow, Report};
+use crate::finding::{CheckId, Finding, Severity, checks as c};
+use crate::format::Provenance;
+use crate::format::gptq::{ParentStatus, ProvenanceReport};
+
+/// What is known of a hash, a node or a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mark {
+    /// Measured and as declared.
+    Verified,
+    /// Measured and not as declared.
+    Mismatch,
+    /// Not measured (not at hand, not finished, or nothing to compare with).
+    Unknown,
+}
+
+impl Mark {
+    /// The word shown beside it.
+    pub fn text(self) -> &'static str {
+        match self {
+            Mark::Verified => "verified",
+            Mark::Mismatch => "mismatch",
+            Mark::Unknown => "unknown",
+        }
+    }
+
+    /// A one-character symbol for compact text.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Mark::Verified => "✔",
+            Mark::Mismatch => "✖",
+            Mark::Unknown => "?",
+        }
+    }
+
+    /// The worst of several marks: any mismatch, else any unknown.
+    pub fn worst(marks: impl IntoIterator<Item = Mark>) -> Mark {
+        let mut out = Mark::Verified;
+        for m in marks {
+            match m {
+                Mark::Mismatch => return Mark::Mismatch,
+                Mark::Unknown => out = Mark::Unknown,
+                Mark::Verified => {}
+            }
+        }
+        out
+    }
+
+    fn of(ok: Option<bool>) -> Mark {
+        match ok {
+            Some(true) => Mark::Verified,
+            Some(false) => Mark::Mismatch,
+            None => Mark::Unknown,
+        }
+    }
+}
+
+/// Which place in the chain a node holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeKind {
+    /// The source checkpoint's revision.
+    Source,
+    /// The parent bundle of an overlay.
+    Parent,
+    /// The bundle audited.
+    Bundle,
+    /// The bundle it was compared with.
+    Compared,
+}
+
+/// One hash of a node, with what is known of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HashLine {
+    /// What it is the hash of.
+    pub label: String,
+    /// The hash (or revision), when known.
+    pub value: Option<String>,
+    /// Verified against its declaration, mismatched, or unknown.
+    pub mark: Mark,
+}
+
+/// One box of the chain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// Its place.
+    pub kind: NodeKind,
+    /// Heading (`source revision`, `parent bundle`, …).
+    pub title: String,
+    /// A path, a format or a revision.
+    pub subtitle: String,
+    /// Its hashes.
+    pub hashes: Vec<HashLine>,
+    /// The node as a whole.
+    pub mark: Mark,
+    /// One sentence more, when there is one.
+    pub note: Option<String>,
+}
+
+/// One check of a link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkCheck {
+    /// Its check id (registered), or a short name for a step that is no check.
+    pub check: String,
+    /// Its outcome.
+    pub mark: Mark,
+    /// What was found.
+    pub detail: String,
+}
+
+/// The arrow between `nodes[i]` and `nodes[i + 1]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    /// What the arrow means (`recalibrated from`, …).
+    pub label: String,
+    /// The checks that tie its ends.
+    pub checks: Vec<LinkCheck>,
+    /// The worst of its checks' marks.
+    pub mark: Mark,
+}
+
+/// A bundle this one was compared with (filled in by whoever compares;
+/// the chain ends in "no bundle compared" without one).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Compared {
+    /// Its folder.
+    pub path: String,
+    /// Its format name.
+    pub format: Option<String>,
+    /// SHA-256 of its manifest.json.
+    pub manifest_sha256: Option<String>,
+    /// SHA-256 of its payload (first file).
+    pub weights_sha256: Option<String>,
+    /// Tensors with the same range hash on both sides.
+    pub identical: usize,
+    /// Tensors on both sides with different bytes.
+    pub changed: usize,
+    /// Tensors only in this bundle.
+    pub only_a: usize,
+    /// Tensors only in the compared one.
+    pub only_b: usize,
+}
+
+/// The whole chain, left to right.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chain {
+    /// [`crate::format::gptq::READING`] for a calibrated overlay: the chain's
+    /// parent link follows bundlescope's documented reading.
+    pub reading: Option<String>,
+    /// The nodes, source first.
+    pub nodes: Vec<Node>,
+    /// `links[i]` joins `nodes[i]` and `nodes[i + 1]`.
+    pub links: Vec<Link>,
+}
+
+/// What the chain is built from: the pieces of a report (so the app can
+/// build it from its running model without building a whole report).
+pub struct Inputs<'a> {
+    /// The bundle's folder as given.
+    pub path: &'a str,
+    /// Its format name.
+    pub format: &'a str,
+    /// Its provenance (with `gptq` filled in when measured).
+    pub provenance: &'a Provenance,
+    /// Its payload files.
+    pub files: &'a [FileRow],
+    /// Every finding so far.
+    pub findings: &'a [Finding],
+    /// Did the audit complete?
+    pub finished: bool,
+}
+
+impl Chain {
+    /// The chain of a finished report.
+    pub fn of_report(r: &Report, compared: Option<&Compared>) -> Chain {
+        Chain::build(
+            &Inputs {
+                path: &r.bundle.path,
+                format: r.bundle.format.as_deref().unwrap_or("?"),
+                provenance: &r.provenance,
+                files: &r.files,
+                findings: &r.findings,
+                finished: matches!(r.verdict, "valid" | "invalid"),
+            },
+            compared,
+        )
+    }
+
+    /// Builds the chain.
+    pub fn build(i: &Inputs, compared: Option<&Compared>) -> Chain {
+        let errors = |id: CheckId| {
+            i.findings
+                .iter()
+                .filter(|f| f.check == id && f.severity == Severity::Error)
+                .count()
+        };
+        // A check's mark from the findings: any error is a mismatch, none
+        // after a finished audit is verified.
+        let by_findings = |id: CheckId| {
+            if errors(id) > 0 {
+                Mark::Mismatch
+            } else if i.finished {
+                Mark::Verified
+            } else {
+                Mark::Unknown
+            }
+        };
+        let p = i.provenance;
+        let g: Option<&ProvenanceReport> = p.gptq.as_deref();
+        let declared = p.calibrated.as_deref().or(g.map(|g| &g.declared));
+        let mut nodes = Vec::new();
+        let mut links = Vec::new();
+
+        // Source revision.
+        let (revision, rev_mark, rev_note) = match (declared, g) {
+            (Some(d), Some(g)) => (
+                d.parent.source_revision.clone(),
+                Mark::of(g.parent_check.source_revision_ok),
+                "declared by the overlay's parent; checked against the parent's manifest",
+            ),
+            (Some(d), None) => (
+                d.parent.source_revision.clone(),
+                Mark::Unknown,
+                "declared by the overlay's parent",
+            ),
+            _ => (
+                p.source_revision.clone(),
+                Mark::Unknown,
+                "declared by the manifest; the source checkpoint is not at hand",
+            ),
+        };
+        nodes.push(Node {
+            kind: NodeKind::Source,
+            title: "source revision".into(),
+            subtitle: revision.clone().unwrap_or_else(|| "not given".into()),
+            hashes: vec![HashLine {
+                label: "config.json (expected)".into(),
+                value: p.expected_config_sha256.clone(),
+                mark: Mark::Unknown,
+            }],
+            mark: rev_mark,
+            note: Some(rev_note.into()),
+        });
+
+        // Parent bundle, for an overlay.
+        if let Some(d) = declared {
+            let pc = g.map(|g| &g.parent_check);
+            let status = pc.map_or(ParentStatus::NotFound, |pc| pc.status);
+            let mark = match status {
+                ParentStatus::Verified => Mark::Verified,
+                ParentStatus::Mismatch | ParentStatus::Unreadable => Mark::Mismatch,
+                ParentStatus::NotFound => Mark::Unknown,
+            };
+            nodes.push(Node {
+                kind: NodeKind::Parent,
+                title: "parent bundle".into(),
+                subtitle: pc
+                    .and_then(|pc| pc.path.clone())
+                    .unwrap_or_else(|| "not found (give --parent DIR or pick it)".into()),
+                hashes: vec![
+                    HashLine {
+                        label: "manifest SHA-256".into(),
+                        value: d.parent.manifest_sha256.clone(),
+                        mark: Mark::of(pc.and_then(|pc| pc.manifest_sha256_ok)),
+                    },
+                    HashLine {
+                        label: "weights SHA-256".into(),
+                        value: d.parent.weights_sha256.clone(),
+                        mark: Mark::of(pc.and_then(|pc| pc.weights_sha256_ok)),
+                    },
+                ],
+                mark,
+                // Once verified, the link's checks say it all.
+                note: pc
+                    .filter(|pc| pc.status != ParentStatus::Verified)
+                    .map(|pc| pc.message.clone())
+                    .filter(|m| !m.is_empty())
+                    .or_else(|| {
+                        pc.is_none()
+                            .then(|| "the parent checks have not run yet".to_string())
+                    }),
+            });
+            links.push(Link::new(
+                "source of",
+                vec![LinkCheck {
+                    check: c::PROVENANCE_PARENT.as_str().into(),
+                    mark: rev_mark,
+                    detail: match rev_mark {
+                        Mark::Verified => "the parent's source_revision is the declared one".into(),
+                        Mark::Mismatch => {
+                            "the parent's source_revision differs from the declared one".into()
+                        }
+                        Mark::Unknown => "parent not at hand".into(),
+                    },
+                }],
+            ));
+            let parent_known = status != ParentStatus::NotFound;
+            let parent_mark = |id: CheckId| {
+                if parent_known {
+                    by_findings(id)
+                } else {
+                    Mark::Unknown
+                }
+            };
+            let mut checks = vec![
+                LinkCheck {
+                    check: c::PROVENANCE_PARENT.as_str().into(),
+                    mark: Mark::worst([
+                        Mark::of(pc.and_then(|pc| pc.manifest_sha256_ok)),
+                        Mark::of(pc.and_then(|pc| pc.weights_sha256_ok)),
+                    ]),
+                    detail: "the parent's manifest and payload hash to the declared SHA-256s"
+                        .into(),
+                },
+                LinkCheck {
+                    check: c::PROVENANCE_PARENT_COPIED.as_str().into(),
+                    mark: parent_mark(c::PROVENANCE_PARENT_COPIED),
+                    detail: pc.map_or("parent not at hand".into(), |pc| {
+                        format!(
+                            "{} copied tensors byte-identical, {} differ",
+                            pc.copied_identical,
+                            pc.copied_differing.len()
+                        )
+                    }),
+                },
+                LinkCheck {
+                    check: c::PROVENANCE_PARENT_OVERLAY.as_str().into(),
+                    mark: parent_mark(c::PROVENANCE_PARENT_OVERLAY),
+                    detail: pc.map_or("parent not at hand".into(), |pc| {
+                        format!(
+                            "{} overlay tensors recalibrated (same name and shape, other bytes), {} problems",
+                            pc.overlay_changed,
+                            pc.overlay_problems.len()
+                        )
+                    }),
+                },
+            ];
+            let scale_detail = match (g, pc) {
+                (Some(g), Some(pc)) if g.static_parent_scale_equality_rechecked => format!(
+                    "rechecked (info): {} overlay tensors keep the parent's scales, {} have new ones",
+                    pc.scales_equal.len(),
+                    pc.scales_differ.len()
+                ),
+                _ => "not rechecked (needs the parent)".into(),
+            };
+            checks.push(LinkCheck {
+                check: c::PROVENANCE_PARENT_SCALES.as_str().into(),
+                mark: if g.is_some_and(|g| g.static_parent_scale_equality_rechecked) {
+                    Mark::Verified
+                } else {
+                    Mark::Unknown
+                },
+                detail: scale_detail,
+            });
+            // Info, not a verification: it does not decide the link's mark.
+            let mut link = Link::new("recalibrated into", checks);
+            link.mark = Mark::worst(
+                link.checks
+                    .iter()
+                    .filter(|c| c.check != c::PROVENANCE_PARENT_SCALES.as_str())
+                    .map(|c| c.mark),
+            );
+            links.push(link);
+        }
+
+        // This bundle.
+        let manifest_mark = by_findings(c::BUNDLE_CHANGED);
+        let mut hashes = vec![HashLine {
+            label: "manifest SHA-256".into(),
+            value: Some(p.manifest_sha256.clone()),
+            mark: manifest_mark,
+        }];
+        for f in i.files {
+            hashes.push(HashLine {
+                label: format!("{} SHA-256", f.file),
+                value: f.sha256.clone().or_else(|| f.expected_sha256.clone()),
+                mark: Mark::of(f.ok),
+            });
+        }
+        if let Some(d) = declared {
+            let recomputed = g.and_then(|g| g.overlay_identity_recomputed_sha256.clone());
+            hashes.push(HashLine {
+                label: "overlay identity".into(),
+                value: d.overlay_identity_sha256.clone(),
+                mark: match (&recomputed, &d.overlay_identity_sha256) {
+                    (Some(r), Some(d)) if r == d => Mark::Verified,
+                    (Some(_), _) => Mark::Mismatch,
+                    _ if errors(c::PROVENANCE_IDENTITY) > 0 => Mark::Mismatch,
+                    _ => Mark::Unknown,
+                },
+            });
+        }
+        let errors_total = i
+            .findings
+            .iter()
+            .filter(|f| f.severity == Severity::Error)
+            .count();
+        let mut mark = Mark::worst(hashes.iter().map(|h| h.mark));
+        if errors_total > 0 {
+            mark = Mark::Mismatch;
+        }
+        nodes.push(Node {
+            kind: NodeKind::Bundle,
+            title: "this bundle".into(),
+            subtitle: format!("{} ({})", i.path, i.format),
+            hashes,
+            mark,
+            note: Some(if !i.finished {
+                "audit not finished".into()
+            } else if errors_total > 0 {
+                format!("{errors_total} error finding(s)")
+            } else {
+                "every check passed".into()
+            }),
+        });
+        if declared.is_none() {
+            links.insert(
+                0,
+                Link::new(
+                    "quantised from",
+                    vec![LinkCheck {
+                        check: "source_revision".into(),
+                        mark: Mark::Unknown,
+                        detail: "declared only: bundlescope does not read the source checkpoint here (spotcheck --reference measures against it)".into(),
+                    }],
+                ),
+            );
+        } else if let Some(g) = g {
+            // The overlay's own checks sit on the parent → this link.
+            if let Some(link) = links.last_mut() {
+                link.checks.push(LinkCheck {
+                    check: c::PROVENANCE_COPIED_HASH.as_str().into(),
+                    mark: if g.copied_tensor_range_hashes_verified {
+                        Mark::Verified
+                    } else if errors(c::PROVENANCE_COPIED_HASH) > 0 {
+                        Mark::Mismatch
+                    } else {
+                        Mark::Unknown
+                    },
+                    detail: format!(
+                        "{} copied range hashes against this payload",
+                        g.declared.copied.len()
+                    ),
+                });
+                link.checks.push(LinkCheck {
+                    check: c::PROVENANCE_IDENTITY.as_str().into(),
+                    mark: by_findings(c::PROVENANCE_IDENTITY),
+                    detail: format!(
+                        "overlay identity of {} tensors recomputed",
+                        g.declared.overlay.len()
+                    ),
+                });
+                link.mark = Mark::worst(
+                    link.checks
+                        .iter()
+                        .filter(|c| c.check != c::PROVENANCE_PARENT_SCALES.as_str())
+                        .map(|c| c.mark),
+                );
+            }
+        }
+
+        // The compared bundle.
+        match compared {
+            Some(cmp) => {
+                nodes.push(Node {
+                    kind: NodeKind::Compared,
+                    title: "compared bundle".into(),
+                    subtitle: format!("{} ({})", cmp.path, cmp.format.as_deref().unwrap_or("?")),
+                    hashes: vec![
+                        HashLine {
+                            label: "manifest SHA-256".into(),
+                            value: cmp.manifest_sha256.clone(),
+                            mark: Mark::Unknown,
+                        },
+                        HashLine {
+                            label: "weights SHA-256".into(),
+                            value: cmp.weights_sha256.clone(),
+                            mark: Mark::Unknown,
+                        },
+                    ],
+                    mark: Mark::Unknown,
+                    note: Some("compared tensor by tensor; not audited here".into()),
+                });
+                links.push(Link::new(
+                    "compared with",
+                    vec![LinkCheck {
+                        check: "diff".into(),
+                        mark: Mark::Verified,
+                        detail: format!(
+                            "{} identical, {} changed, {} only here, {} only there",
+                            cmp.identical, cmp.changed, cmp.only_a, cmp.only_b
+                        ),
+                    }],
+                ));
+            }
+            None => {
+                nodes.push(Node {
+                    kind: NodeKind::Compared,
+                    title: "compared bundle".into(),
+                    subtitle: "no bundle compared".into(),
+                    hashes: Vec::new(),
+                    mark: Mark::Unknown,
+                    note: None,
+                });
+                links.push(Link::new("compared with", Vec::new()));
+            }
+        }
+        Chain {
+            reading: declared.map(|_| crate::format::gptq::READING.to_string()),
+            nodes,
+            links,
+        }
+    }
+
+    /// The chain as plain text, one node after the other with its links.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        if let Some(r) = &self.reading {
+            let _ = writeln!(s, "({r})");
+        }
+        for (k, n) in self.nodes.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "[{}] {}: {}  ({})",
+                n.mark.symbol(),
+                n.title,
+                n.subtitle,
+                n.mark.text()
+            );
+            for h in &n.hashes {
+                let _ = writeln!(
+                    s,
+                    "      {:<24} {}  {}",
+                    h.label,
+                    h.value.as_deref().unwrap_or("—"),
+                    h.mark.text()
+                );
+            }
+            if let Some(note) = &n.note {
+                let _ = writeln!(s, "      {note}");
+            }
+            if let Some(l) = self.links.get(k) {
+                let _ = writeln!(s, "   │ {} ({})", l.label, l.mark.text());
+                for ch in &l.checks {
+                    let _ = writeln!(s, "   │   {} {}: {}", ch.mark.symbol(), ch.check, ch.detail);
+                }
+                let _ = writeln!(s, "   ▼");
+            }
+        }
+        s
+    }
+}
+
+impl Link {
+    fn new(label: &str, checks: Vec<LinkCheck>) -> Link {
+        let mark = if checks.is_empty() {
+            Mark::Unknown
+        } else {
+            Mark::worst(checks.iter().map(|c| c.mark))
+        };
+        Link {
+            label: label.into(),
+            checks,
+            mark,
+        }
+    }
+}
