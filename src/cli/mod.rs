@@ -199,6 +199,7 @@ fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool) -> anyhow::Result<i32> {
     audit::run(audit::Args {
         dir,
         json: false,
+        markdown: false,
         range_hashes: false,
     })
 }

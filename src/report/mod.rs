@@ -1,6 +1,8 @@
 //! The report: one schema for the CLI's `--json`, the GUI's "Save report…"
 //! and every later command. Built by folding audit [`Event`]s.
 
+pub mod markdown;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
