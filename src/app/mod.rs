@@ -6,6 +6,7 @@
 
 mod cache;
 mod commands;
+pub mod compare;
 mod detail;
 mod histograms;
 pub mod jobs;
@@ -26,6 +27,7 @@ use egui::{Color32, Key, KeyboardShortcut, Modifiers, RichText};
 
 pub use cache::AuditCache;
 pub use commands::{Command, Commands, Notice};
+pub use compare::{CompareView, ComparedBundle};
 pub use nvfp4::{ExpertSort, HeatStat, Nvfp4View};
 pub use quality::{QualityPanel, QualitySort, quality_rows};
 pub use session::{FileState, LogRow, RowStatus, Session};
@@ -55,6 +57,8 @@ pub enum CentralTab {
     Quality,
     /// MLX spot checks of every tensor.
     SpotChecks,
+    /// The open bundle compared with another (Compare with…).
+    Compare,
 }
 
 /// Which tab the right-hand panel shows.
@@ -86,6 +90,8 @@ pub struct App {
     reverify_limit: u64,
     nvfp4: Nvfp4View,
     spot: SpotView,
+    /// Compare with…: bundle B, the diff and its table.
+    compare: CompareView,
     dialog: Option<Dialog>,
     ctx: Option<egui::Context>,
 }
@@ -109,6 +115,7 @@ impl App {
             reverify_limit: REVERIFY_LIMIT,
             nvfp4: Nvfp4View::default(),
             spot: SpotView::default(),
+            compare: CompareView::default(),
             dialog: None,
             ctx: None,
         }
@@ -167,6 +174,22 @@ impl App {
         &self.spot
     }
 
+    /// The comparison with another bundle (Compare with…); its
+    /// [`CompareView::compared`] is bundle B's path and hashes.
+    pub fn compare(&self) -> &CompareView {
+        &self.compare
+    }
+
+    /// Waits (up to `timeout`) until the comparison and the selected diff
+    /// row's statistics are in, applying them; the notice it raised, if
+    /// any. For tests.
+    pub fn wait_for_compare(&mut self, timeout: Duration) -> bool {
+        if let Some((m, e)) = self.compare.wait(timeout) {
+            self.set_notice(m, e);
+        }
+        !self.compare.running()
+    }
+
     /// Recently opened bundles, newest first.
     pub fn recent(&self) -> &[PathBuf] {
         self.recent.paths()
@@ -202,6 +225,10 @@ impl App {
         let mut clear_filter = false;
         let mut scroll = false;
         ctx.input_mut(|i| {
+            // Shift+Cmd+O first: consume_shortcut ignores extra modifiers.
+            if i.consume_shortcut(&compare::shortcut()) {
+                tx.send(Command::PickCompare);
+            }
             if i.consume_shortcut(&cmd(Key::O)) {
                 tx.send(Command::OpenDialog);
             }
@@ -250,14 +277,27 @@ impl App {
     }
 
     fn drops(&mut self, ui: &mut egui::Ui) {
-        let (hovering, dropped) = ui.ctx().input(|i| {
+        let (hovering, dropped, modifiers, pointer) = ui.ctx().input(|i| {
             (
                 !i.raw.hovered_files.is_empty(),
                 i.raw.dropped_files.first().map(|f| f.path().to_path_buf()),
+                i.modifiers,
+                i.pointer.latest_pos(),
             )
         });
+        // Alt/Option or Shift held, or the Summary tab's drop zone: compare.
+        let bundle_open = self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.model.bundle.is_some());
+        let compares =
+            compare::drop_compares(bundle_open, modifiers, self.compare.over_drop_zone(pointer));
         if let Some(p) = dropped {
-            self.commands.send(Command::Open(p));
+            self.commands.send(if compares {
+                Command::Compare(p)
+            } else {
+                Command::Open(p)
+            });
         }
         if hovering {
             let rect = ui.ctx().content_rect();
@@ -269,7 +309,13 @@ impl App {
             painter.text(
                 rect.center(),
                 egui::Align2::CENTER_CENTER,
-                "Drop a bundle folder (or its manifest.json) to open it",
+                if compares {
+                    "Drop to compare the open bundle with this one"
+                } else if bundle_open {
+                    "Drop a bundle folder to open it (hold Alt/Option or Shift to compare)"
+                } else {
+                    "Drop a bundle folder (or its manifest.json) to open it"
+                },
                 egui::FontId::proportional(22.0),
                 Color32::WHITE,
             );
@@ -330,7 +376,10 @@ impl App {
                                 &mut self.nvfp4,
                                 &mut self.commands,
                             ),
-                            SideTab::Summary => provenance::summary_ui(ui, session),
+                            SideTab::Summary => {
+                                provenance::summary_ui(ui, session);
+                                compare::summary_ui(ui, &mut self.compare, &mut self.commands);
+                            }
                         });
                 });
             egui::CentralPanel::default().show(ui, |ui| {
@@ -338,8 +387,13 @@ impl App {
                     ui.selectable_value(&mut self.central, CentralTab::Tensors, "Tensors");
                     ui.selectable_value(&mut self.central, CentralTab::Quality, "Quality");
                     ui.selectable_value(&mut self.central, CentralTab::SpotChecks, "Spot checks");
+                    if self.compare.active() {
+                        ui.selectable_value(&mut self.central, CentralTab::Compare, "Compare");
+                    }
                 });
-                if self.table.focus_filter {
+                if self.table.focus_filter
+                    || (self.central == CentralTab::Compare && !self.compare.active())
+                {
                     self.central = CentralTab::Tensors;
                 }
                 match self.central {
@@ -362,6 +416,9 @@ impl App {
                     CentralTab::SpotChecks => {
                         spotcheck::central_ui(ui, &mut self.spot, Some(&bundle), &mut self.commands)
                     }
+                    CentralTab::Compare => {
+                        compare::compare_ui(ui, &mut self.compare, &mut self.commands)
+                    }
                 }
             });
         } else {
@@ -377,6 +434,7 @@ impl App {
         self.handle_commands();
         if self.session.as_ref().is_some_and(Session::running)
             || self.spot.running()
+            || self.compare.running()
             || self.opening.busy()
         {
             // Workers wake us on each message; this only keeps ETA text fresh.

@@ -120,6 +120,7 @@ impl App {
         self.notice = None;
         self.side = SideTab::Summary;
         self.spot.reset();
+        self.compare.reset();
         self.remember(&path);
         // The session appears at once ("Opening…"); the job fills it.
         self.session = Some(Session::new(path.clone()));
@@ -158,6 +159,9 @@ impl App {
         self.poll_chores();
         self.poll_dialog();
         self.spot.poll();
+        if let Some((m, e)) = self.compare.poll() {
+            self.set_notice(m, e);
+        }
         self.recent.poll();
     }
 
