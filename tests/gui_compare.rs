@@ -302,3 +302,20 @@ fn cancelling_a_comparison_leaves_no_result() {
         );
     }
 }
+
+#[test]
+fn a_comparison_asked_for_while_a_opens_waits_for_it() {
+    // What `bundlescope A --compare B` sends.
+    let p = pair();
+    let mut g = gui();
+    g.send(Command::Open(p.a.dir.clone()));
+    g.send(Command::Compare(p.b.dir.clone()));
+    g.harness.step();
+    g.finish();
+    g.harness.step();
+    wait_compare(&mut g);
+    assert_eq!(g.state().session().unwrap().path, p.a.dir);
+    assert_eq!(g.state().compare().compared().unwrap().path, p.b.dir);
+    assert_eq!(g.state().central(), CentralTab::Compare);
+    assert!(g.shows(&p.large));
+}

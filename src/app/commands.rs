@@ -251,7 +251,17 @@ impl App {
     }
 
     /// Compares the open bundle with `b` on a job and shows the Compare tab.
-    fn start_compare(&mut self, b: PathBuf) {
+    pub(super) fn start_compare(&mut self, b: PathBuf) {
+        // A still opening: compare once its index is in.
+        if self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.model.bundle.is_none() && s.running())
+        {
+            self.compare.queue(b);
+            self.central = CentralTab::Compare;
+            return;
+        }
         let Some((a_path, a)) = self
             .session
             .as_ref()

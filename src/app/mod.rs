@@ -557,6 +557,8 @@ pub enum Start {
     Demo,
     /// This bundle.
     Open(PathBuf),
+    /// The first bundle, compared with the second (Compare with…).
+    Compare(PathBuf, PathBuf),
 }
 
 /// Opens the window and runs until it is closed.
@@ -584,6 +586,10 @@ pub fn run(start: Start) -> anyhow::Result<()> {
                 Start::Welcome => {}
                 Start::Demo => app.send(Command::OpenDemo),
                 Start::Open(p) => app.send(Command::Open(p)),
+                Start::Compare(a, b) => {
+                    app.send(Command::Open(a));
+                    app.send(Command::Compare(b));
+                }
             }
             app.handle_commands();
             Ok(Box::new(app))

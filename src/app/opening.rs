@@ -120,7 +120,13 @@ impl App {
         self.notice = None;
         self.side = SideTab::Summary;
         self.spot.reset();
+        // A comparison asked for before this open (`DIR --compare B`) waits
+        // for this bundle; any other is about the bundle being replaced.
+        let queued = self.compare.take_queued();
         self.compare.reset();
+        if let Some(b) = queued {
+            self.compare.queue(b);
+        }
         self.remember(&path);
         // The session appears at once ("Opening…"); the job fills it.
         self.session = Some(Session::new(path.clone()));
@@ -161,6 +167,14 @@ impl App {
         self.spot.poll();
         if let Some((m, e)) = self.compare.poll() {
             self.set_notice(m, e);
+        }
+        if self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.model.bundle.is_some())
+            && let Some(b) = self.compare.take_queued()
+        {
+            self.start_compare(b);
         }
         self.recent.poll();
     }

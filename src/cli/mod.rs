@@ -41,6 +41,10 @@ struct Cli {
     /// Open the built-in demo bundle.
     #[arg(long)]
     demo: bool,
+    /// With DIR: compare it with bundle B at once (the app's Compare
+    /// with…; without the app, `diff DIR B`).
+    #[arg(long, value_name = "B", requires = "dir")]
+    compare: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -90,8 +94,11 @@ pub fn main() -> i32 {
     // A folder that does not exist is refused here, before a window opens
     // on it (or the terminal audit starts), with the path or the typo named.
     if cli.command.is_none()
-        && let Some(dir) = &cli.dir
-        && let Some(message) = missing_dir(dir)
+        && let Some(message) = cli
+            .dir
+            .iter()
+            .chain(&cli.compare)
+            .find_map(|d| missing_dir(d))
     {
         eprintln!("bundlescope: {message}");
         return EXIT_ERROR;
@@ -106,7 +113,10 @@ pub fn main() -> i32 {
         Some(Command::Spotcheck(a)) => spotcheck::run(a),
         Some(Command::Completions(a)) => completions::run(a),
         Some(Command::Diff(a)) => diff::run(a),
-        None => open_demo_or_dir(cli.dir, cli.demo),
+        None => match (cli.dir, cli.compare) {
+            (Some(a), Some(b)) => open_compare(a, b),
+            (dir, _) => open_demo_or_dir(dir, cli.demo),
+        },
     };
     match result {
         Ok(code) => code,
@@ -182,6 +192,25 @@ fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool) -> anyhow::Result<i32> {
         (None, false) => Start::Welcome,
     })?;
     Ok(EXIT_OK)
+}
+
+/// Opens the desktop app on bundle `a` compared with bundle `b`.
+#[cfg(feature = "gui")]
+fn open_compare(a: PathBuf, b: PathBuf) -> anyhow::Result<i32> {
+    bundlescope::app::run(bundlescope::app::Start::Compare(a, b))?;
+    Ok(EXIT_OK)
+}
+
+/// Without the desktop app, `DIR --compare B` is `diff DIR B`.
+#[cfg(not(feature = "gui"))]
+fn open_compare(a: PathBuf, b: PathBuf) -> anyhow::Result<i32> {
+    diff::run(diff::Args {
+        a,
+        b,
+        json: false,
+        markdown: false,
+        fail_on: None,
+    })
 }
 
 /// Without the desktop app, opening a bundle audits it in the terminal.

@@ -356,3 +356,53 @@ fn plain_row(this: &Side, other: &Side, i: usize, j: Option<usize>, status: Stat
         worst_row: None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::sample::{self, SampleFormat, SampleOptions};
+
+    fn sample_dir(tmp: &tempfile::TempDir) -> std::path::PathBuf {
+        let dir = tmp.path().join("b");
+        let opts = SampleOptions {
+            format: SampleFormat::Audio8V2,
+            seed: 3,
+            size_mib: None,
+        };
+        sample::write(&dir, &opts).unwrap();
+        dir
+    }
+
+    #[test]
+    fn progress_reaches_every_byte_of_both_sides_and_cancel_stops() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = sample_dir(&tmp);
+        let bundle = format::open(&dir).unwrap();
+        let payload = std::fs::metadata(dir.join("weights.bin")).unwrap().len();
+        let seen = Mutex::new(Vec::new());
+        let progress = |d, t| seen.lock().unwrap().push((d, t));
+        let cancel = CancelToken::default();
+        let control = Control {
+            cancel: &cancel,
+            progress: &progress,
+        };
+        let r = diff_bundles((&dir, &bundle), (&dir, &bundle), &control).unwrap();
+        assert_eq!(r.summary.changed, 0);
+        let seen = seen.into_inner().unwrap();
+        // Records are contiguous and cover the payload: both sides hash all of it.
+        assert_eq!(seen.iter().map(|s| s.0).max(), Some(2 * payload));
+        assert!(seen.iter().all(|s| s.1 == 2 * payload));
+
+        cancel.cancel();
+        let control = Control {
+            cancel: &cancel,
+            progress: &|_, _| {},
+        };
+        assert!(matches!(
+            diff_bundles((&dir, &bundle), (&dir, &bundle), &control),
+            Err(DiffError::Cancelled)
+        ));
+    }
+}

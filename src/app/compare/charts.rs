@@ -26,10 +26,19 @@ pub(super) fn detail_ui(ui: &mut egui::Ui, view: &CompareView, k: usize) {
         }
         ui.label(RichText::new(status_text(t.status)).weak());
     });
-    facts_ui(ui, t);
-    if let Some(c) = &t.codes {
-        deltas_ui(ui, k, c);
-    }
+    // Facts and deltas on the left, the A/B overlays on the right.
+    ui.columns(2, |cols| {
+        let [left, right] = cols else { return };
+        facts_ui(left, t);
+        if let Some(c) = &t.codes {
+            deltas_ui(left, k, c);
+        }
+        overlays_ui(right, view, k, t);
+    });
+}
+
+/// A's and B's histograms of the selected tensor, overlaid.
+fn overlays_ui(ui: &mut egui::Ui, view: &CompareView, k: usize, t: &TensorDiff) {
     if t.expert.is_some() {
         ui.label(
             RichText::new(
@@ -61,6 +70,7 @@ pub(super) fn detail_ui(ui: &mut egui::Ui, view: &CompareView, k: usize) {
         let ba = BarChart::new("A", code_bars(ca, -0.2, 0.4, A_FILL, warn)).color(A_FILL);
         let bb = BarChart::new("B", code_bars(cb, 0.2, 0.4, B_FILL, warn)).color(B_FILL);
         code_plot(&format!("diff-{k}-codes"), ca.zero)
+            .height(120.0)
             .legend(Legend::default())
             .show(ui, |p| {
                 p.bar_chart(ba);
@@ -99,7 +109,7 @@ pub(super) fn detail_ui(ui: &mut egui::Ui, view: &CompareView, k: usize) {
 
 fn fixed_plot(id: &str) -> Plot<'static> {
     Plot::new(id)
-        .height(130.0)
+        .height(110.0)
         .allow_zoom(false)
         .allow_drag(false)
         .allow_scroll(false)
@@ -210,7 +220,7 @@ fn deltas_ui(ui: &mut egui::Ui, k: usize, c: &crate::diff::CodeDiff) {
         )
     }));
     Plot::new(format!("diff-{k}-deltas"))
-        .height(120.0)
+        .height(110.0)
         .allow_zoom(false)
         .allow_drag(false)
         .allow_scroll(false)

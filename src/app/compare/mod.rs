@@ -71,6 +71,8 @@ pub struct CompareResult {
     pub compared: ComparedBundle,
     /// Wall time of the comparison.
     pub duration: Duration,
+    /// Does any row name an expert (so the table shows that column)?
+    pub has_experts: bool,
 }
 
 /// A and B's statistics of one tensor, for the overlays.
@@ -88,6 +90,8 @@ type DiffMsg = Result<(DiffReport, Arc<Bundle>, Duration), String>;
 /// filter, sort and selection, the selected pair's statistics.
 pub struct CompareView {
     job: Option<Job<DiffMsg>>,
+    /// Bundle B, to compare once bundle A's index is in.
+    queued: Option<PathBuf>,
     /// Bundle B while the job runs.
     pending: Option<PathBuf>,
     /// Bundle A the running job compares (to match the result).
@@ -113,6 +117,7 @@ impl Default for CompareView {
     fn default() -> Self {
         Self {
             job: None,
+            queued: None,
             pending: None,
             pending_a: None,
             result: None,
@@ -136,9 +141,19 @@ impl CompareView {
         self.job.is_some()
     }
 
-    /// Is there anything to show (running, a result or an error)?
+    /// Is there anything to show (queued, running, a result or an error)?
     pub fn active(&self) -> bool {
-        self.job.is_some() || self.result.is_some() || self.error.is_some()
+        self.queued.is_some() || self.job.is_some() || self.result.is_some() || self.error.is_some()
+    }
+
+    /// Compares with `b` once bundle A's index is in.
+    pub(super) fn queue(&mut self, b: PathBuf) {
+        self.queued = Some(b);
+    }
+
+    /// The comparison waiting for bundle A, if any.
+    pub(super) fn take_queued(&mut self) -> Option<PathBuf> {
+        self.queued.take()
     }
 
     /// The finished comparison.
@@ -300,7 +315,9 @@ impl CompareView {
                     s.only_a,
                     s.only_b
                 );
+                let has_experts = report.tensors.iter().any(|t| t.expert.is_some());
                 self.result = Some(CompareResult {
+                    has_experts,
                     report,
                     a,
                     b,
@@ -396,6 +413,16 @@ fn tensor_stats(bundle: Arc<Bundle>, name: &str) -> Option<TensorStats> {
 /// The central Compare tab: header (paths, counts, progress, Cancel,
 /// Close), status chips, the table, and the selected row's detail.
 pub(super) fn compare_ui(ui: &mut egui::Ui, view: &mut CompareView, tx: &mut Commands) {
+    if let Some(b) = &view.queued {
+        ui.horizontal(|ui| {
+            ui.spinner();
+            ui.label(format!(
+                "Opening bundle A, then comparing with {}",
+                b.display()
+            ));
+        });
+        return;
+    }
     if let Some(b) = view.pending.clone() {
         ui.horizontal(|ui| {
             ui.spinner();
@@ -470,7 +497,7 @@ pub(super) fn compare_ui(ui: &mut egui::Ui, view: &mut CompareView, tx: &mut Com
     view.refresh();
     let avail = ui.available_height();
     let table_h = if view.selected.is_some() {
-        (avail * 0.45).max(120.0)
+        (avail * 0.4).max(120.0)
     } else {
         avail
     };

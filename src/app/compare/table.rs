@@ -192,44 +192,48 @@ pub(super) fn table_ui(ui: &mut egui::Ui, view: &mut CompareView, tx: &mut Comma
     let report = &r.report;
     let mut sort_click = None;
     let (cur_sort, asc) = (view.sort, view.ascending);
-    TableBuilder::new(ui)
+    // The expert column only for bundles with stacked experts (NVFP4).
+    let experts = r.has_experts;
+    let columns: Vec<(&str, DiffSort, f32)> = [
+        ("expert", DiffSort::Engine, 48.0),
+        ("differs", DiffSort::Engine, 96.0),
+        ("codes Δ", DiffSort::Codes, 70.0),
+        ("scale B/A", DiffSort::Engine, 64.0),
+        ("rel error", DiffSort::Error, 72.0),
+        ("worst row", DiffSort::Engine, 100.0),
+    ]
+    .into_iter()
+    .filter(|c| experts || c.0 != "expert")
+    .collect();
+    let mut table = TableBuilder::new(ui)
         .id_salt("diff-table")
         .striped(true)
         .resizable(true)
         .sense(egui::Sense::click())
         .cell_layout(egui::Layout::left_to_right(egui::Align::Center))
-        .column(Column::exact(74.0))
-        .column(Column::remainder().at_least(160.0).clip(true))
-        .column(Column::exact(48.0))
-        .column(Column::exact(120.0).clip(true))
-        .column(Column::exact(76.0))
         .column(Column::exact(70.0))
-        .column(Column::exact(80.0))
-        .column(Column::exact(110.0).clip(true))
+        .column(Column::remainder().at_least(160.0).clip(true));
+    for c in &columns {
+        table = table.column(Column::exact(c.2).clip(true));
+    }
+    let sortable = |ui: &mut egui::Ui, label: &str, col: DiffSort| {
+        if col == DiffSort::Engine {
+            ui.label(RichText::new(label).strong());
+            return false;
+        }
+        ui.add(
+            egui::Button::new(RichText::new(header_text(label, col, cur_sort, asc)).strong())
+                .frame(false),
+        )
+        .on_hover_text(format!("Sort by {label}"))
+        .clicked()
+    };
+    table
         .header(row_h, |mut h| {
-            for (label, col) in [
-                ("status", DiffSort::Status),
-                ("tensor", DiffSort::Name),
-                ("expert", DiffSort::Engine),
-                ("differs", DiffSort::Engine),
-                ("codes Δ", DiffSort::Codes),
-                ("scale B/A", DiffSort::Engine),
-                ("rel error", DiffSort::Error),
-                ("worst row", DiffSort::Engine),
-            ] {
+            let first = [("status", DiffSort::Status), ("tensor", DiffSort::Name)];
+            for (label, col) in first.into_iter().chain(columns.iter().map(|c| (c.0, c.1))) {
                 h.col(|ui| {
-                    if col == DiffSort::Engine {
-                        ui.label(RichText::new(label).strong());
-                    } else if ui
-                        .add(
-                            egui::Button::new(
-                                RichText::new(header_text(label, col, cur_sort, asc)).strong(),
-                            )
-                            .frame(false),
-                        )
-                        .on_hover_text(format!("Sort by {label}"))
-                        .clicked()
-                    {
+                    if sortable(ui, label, col) {
                         sort_click = Some(col);
                     }
                 });
@@ -255,8 +259,10 @@ pub(super) fn table_ui(ui: &mut egui::Ui, view: &mut CompareView, tx: &mut Comma
                             .selectable(false),
                     );
                 });
-                for text in cells(t) {
-                    row.col(|ui| cell_ui(ui, &text, None));
+                for (i, text) in cells(t).iter().enumerate() {
+                    if i > 0 || experts {
+                        row.col(|ui| cell_ui(ui, text, None));
+                    }
                 }
                 if row.response().clicked() {
                     clicked = Some(k);
