@@ -319,3 +319,29 @@ fn a_comparison_asked_for_while_a_opens_waits_for_it() {
     assert_eq!(g.state().central(), CentralTab::Compare);
     assert!(g.shows(&p.large));
 }
+
+#[test]
+fn arrows_move_the_diff_selection_not_the_tensor_tables() {
+    let p = pair();
+    let mut g = gui();
+    g.open(&p.a.dir);
+    g.send(Command::Compare(p.b.dir.clone()));
+    g.harness.step();
+    wait_compare(&mut g);
+    use egui::Key::{ArrowDown, ArrowUp};
+    for (key, want) in [(ArrowDown, 0), (ArrowDown, 1), (ArrowDown, 2), (ArrowUp, 1)] {
+        g.harness.key_press(key);
+        g.harness.run_steps(2);
+        wait_compare(&mut g);
+        let c = g.state().compare();
+        assert_eq!(c.selected(), Some(c.rows()[want]), "{key:?} to row {want}");
+    }
+    assert_eq!(
+        g.state().selected(),
+        None,
+        "the tensor table's selection stays"
+    );
+    // Row 1 is the second changed tensor: its overlays are shown.
+    assert_eq!(shown(&g)[1].1, Status::Changed);
+    assert!(g.shows("Codes: A vs B"));
+}

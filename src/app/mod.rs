@@ -220,6 +220,8 @@ impl App {
         let filter_has_focus = ctx.memory(|m| m.has_focus(tensors::filter_id()));
         let rows = self.table.rows();
         let selected = self.selected;
+        // The Compare tab moves its own selection with the arrows.
+        let arrows = self.central != CentralTab::Compare;
         let tx = &mut self.commands;
         let mut focus_filter = false;
         let mut clear_filter = false;
@@ -258,7 +260,7 @@ impl App {
             }
             let down = i.key_pressed(Key::ArrowDown);
             let up = i.key_pressed(Key::ArrowUp);
-            if (down || up) && !rows.is_empty() {
+            if (down || up) && !rows.is_empty() && arrows {
                 let pos = selected.and_then(|s| rows.iter().position(|&r| r == s));
                 let next = match (pos, down) {
                     (None, _) => 0,

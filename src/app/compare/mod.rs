@@ -111,6 +111,8 @@ pub struct CompareView {
     stats: Option<(usize, PairStats)>,
     /// Where the Summary tab's drop zone was last drawn.
     pub(super) drop_zone: Option<egui::Rect>,
+    /// Scroll the table to the selection on the next frame.
+    scroll_to_selected: bool,
 }
 
 impl Default for CompareView {
@@ -131,6 +133,7 @@ impl Default for CompareView {
             stats_job: None,
             stats: None,
             drop_zone: None,
+            scroll_to_selected: false,
         }
     }
 }
@@ -495,6 +498,7 @@ pub(super) fn compare_ui(ui: &mut egui::Ui, view: &mut CompareView, tx: &mut Com
     ));
     table::filter_ui(ui, view);
     view.refresh();
+    arrows(ui, view, tx);
     let avail = ui.available_height();
     let table_h = if view.selected.is_some() {
         (avail * 0.4).max(120.0)
@@ -511,6 +515,29 @@ pub(super) fn compare_ui(ui: &mut egui::Ui, view: &mut CompareView, tx: &mut Com
             .auto_shrink([false, false])
             .show(ui, |ui| charts::detail_ui(ui, view, k));
     }
+}
+
+/// ↑/↓ move the diff table's selection (the tensor table's keys, here).
+fn arrows(ui: &egui::Ui, view: &mut CompareView, tx: &mut Commands) {
+    if view.rows.is_empty() || ui.ctx().memory(|m| m.focused().is_some()) {
+        return;
+    }
+    let (down, up) = ui
+        .ctx()
+        .input(|i| (i.key_pressed(Key::ArrowDown), i.key_pressed(Key::ArrowUp)));
+    if !(down || up) {
+        return;
+    }
+    let pos = view
+        .selected
+        .and_then(|s| view.rows.iter().position(|&r| r == s));
+    let next = match (pos, down) {
+        (None, _) => 0,
+        (Some(p), true) => (p + 1).min(view.rows.len() - 1),
+        (Some(p), false) => p.saturating_sub(1),
+    };
+    view.scroll_to_selected = true;
+    tx.send(Command::SelectDiffRow(view.rows.get(next).copied()));
 }
 
 /// The Summary tab's part: Compare with… and the drop zone.

@@ -188,7 +188,8 @@ pub(super) fn table_ui(ui: &mut egui::Ui, view: &mut CompareView, tx: &mut Comma
     let row_h = ui.text_style_height(&egui::TextStyle::Body) + 6.0;
     let mut clicked = None;
     let selected = view.selected;
-    let rows = view.rows.clone();
+    let scroll = std::mem::take(&mut view.scroll_to_selected);
+    let rows = &view.rows;
     let report = &r.report;
     let mut sort_click = None;
     let (cur_sort, asc) = (view.sort, view.ascending);
@@ -215,6 +216,9 @@ pub(super) fn table_ui(ui: &mut egui::Ui, view: &mut CompareView, tx: &mut Comma
         .column(Column::remainder().at_least(160.0).clip(true));
     for c in &columns {
         table = table.column(Column::exact(c.2).clip(true));
+    }
+    if scroll && let Some(p) = selected.and_then(|s| rows.iter().position(|&r| r == s)) {
+        table = table.scroll_to_row(p, None);
     }
     let sortable = |ui: &mut egui::Ui, label: &str, col: DiffSort| {
         if col == DiffSort::Engine {
