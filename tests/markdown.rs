@@ -6,6 +6,7 @@
 mod common;
 
 use common::codes::{plain_q4, recode};
+use common::nvfp4::Artifact;
 use common::{TestBundle, cli};
 use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
 
@@ -257,11 +258,11 @@ fn diff_markdown_lists_the_changed_tensor_and_keeps_exit_codes() {
     assert_eq!(summary[1], ["identical", &(n - 1).to_string()]);
     assert_eq!(summary[2], ["changed", "1"]);
     let diffs = d.table("Differences");
-    assert_eq!(diffs[0].len(), 9);
+    assert_eq!(diffs[0].len(), 8, "no expert column without experts");
     assert_eq!(diffs.len(), 2, "{diffs:?}");
     assert_eq!(diffs[1][0], "changed");
     assert_eq!(diffs[1][1], name);
-    assert_eq!(diffs[1][3], "codes, values");
+    assert_eq!(diffs[1][2], "codes, values");
     // The share as --json gives it.
     let json = cli(&["diff", pa, pb, "--json"]).json();
     let row = json["tensors"]
@@ -271,7 +272,7 @@ fn diff_markdown_lists_the_changed_tensor_and_keeps_exit_codes() {
         .find(|t| t["status"] == "changed")
         .unwrap();
     let share = row["codes"]["changed_share"].as_f64().unwrap();
-    assert_eq!(diffs[1][4], format!("{:.4}%", share * 100.0));
+    assert_eq!(diffs[1][3], format!("{:.4}%", share * 100.0));
     assert_eq!(d.table("Identical tensors").len(), n);
     assert!(run.stdout.contains("bundle A"));
     assert!(run.stdout.contains("bundle B"));
@@ -313,4 +314,34 @@ fn audit_markdown_of_an_unreadable_bundle_still_has_a_verdict() {
         "{:?}",
         d.headings
     );
+}
+
+#[test]
+fn diff_markdown_of_nvfp4_names_the_changed_expert() {
+    let a = Artifact::sample();
+    let b = Artifact::sample();
+    let weight = "model.decoder.layers.0.experts.down_proj.weight";
+    let (header, _) = Artifact::header(&b.shard_of(weight));
+    let shape: Vec<usize> = header[weight]["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_u64().unwrap() as usize)
+        .collect();
+    let per = shape[1] * shape[2] * 8 / 2;
+    // Flip one sign bit in expert 1's codes.
+    b.patch(weight, |d| d[per + 3] ^= 0x08);
+    let run = cli(&[
+        "diff",
+        a.dir.to_str().unwrap(),
+        b.dir.to_str().unwrap(),
+        "--markdown",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let d = Doc::parse(&run.stdout);
+    assert_rectangular(&d);
+    let diffs = d.table("Differences");
+    assert_eq!(diffs[0][2], "expert");
+    assert_eq!(diffs.len(), 2, "{diffs:?}");
+    assert_eq!((diffs[1][1].as_str(), diffs[1][2].as_str()), (weight, "1"));
 }

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{DiffReport, Status, TensorDiff};
-use crate::report::markdown::{ChainNode, Fact, Mark, Table, chain_md, code, short_name, text};
+use crate::report::markdown::{ChainNode, Fact, Table, chain_md, code, short_name, text};
 
 /// The word for a status.
 pub fn status_text(s: Status) -> &'static str {
@@ -22,7 +22,7 @@ pub fn diff_chain(r: &DiffReport) -> Vec<ChainNode> {
     let node = |role: &str, side: &super::SideRef, link: Option<String>| ChainNode {
         role: role.into(),
         name: side.path.clone(),
-        mark: Mark::Unknown,
+        mark: None,
         link,
         facts: vec![
             Fact {
@@ -103,7 +103,9 @@ pub fn diff_markdown(r: &DiffReport) -> String {
     chain_md(&diff_chain(r), &mut out);
 
     out.push_str("## Differences\n\n");
-    let mut t = Table::new(&[
+    // The expert column only for stacked experts (NVFP4).
+    let experts = r.tensors.iter().any(|d| d.expert.is_some());
+    let mut columns = vec![
         "status",
         "tensor",
         "expert>",
@@ -113,10 +115,14 @@ pub fn diff_markdown(r: &DiffReport) -> String {
         "scale B/A min / median / max",
         "weight rel. error>",
         "worst row>",
-    ]);
+    ];
+    if !experts {
+        columns.remove(2);
+    }
+    let mut t = Table::new(&columns);
     for d in r.tensors.iter().filter(|d| d.status != Status::Identical) {
         let ratio = |v: Option<f64>| v.map_or("—".into(), |x| format!("{x:.4}"));
-        t.row(vec![
+        let mut cells = vec![
             status_text(d.status).into(),
             text(&d.name),
             d.expert.map_or(String::new(), |e| e.to_string()),
@@ -142,7 +148,11 @@ pub fn diff_markdown(r: &DiffReport) -> String {
                     w.rel_err.map_or("∞".into(), |e| format!("{e:.2e}"))
                 )
             }),
-        ]);
+        ];
+        if !experts {
+            cells.remove(2);
+        }
+        t.row(cells);
     }
     if t.is_empty() {
         out.push_str("No differences: every tensor is identical.\n\n");

@@ -187,8 +187,8 @@ pub struct ChainNode {
     pub role: String,
     /// What identifies it (a revision, a path).
     pub name: String,
-    /// Overall mark of the node.
-    pub mark: Mark,
+    /// Overall mark of the node, when it was checked against something.
+    pub mark: Option<Mark>,
     /// How it links to the node before it (the checks that tie them), if
     /// anything does.
     pub link: Option<String>,
@@ -205,7 +205,7 @@ pub fn chain_md(nodes: &[ChainNode], out: &mut String) {
     for (i, n) in nodes.iter().enumerate() {
         let _ = writeln!(
             out,
-            "{}. **{}**: {} ({})",
+            "{}. **{}**: {}{}",
             i + 1,
             text(&n.role),
             if n.name.is_empty() {
@@ -213,7 +213,8 @@ pub fn chain_md(nodes: &[ChainNode], out: &mut String) {
             } else {
                 text(&n.name)
             },
-            n.mark.shown()
+            n.mark
+                .map_or(String::new(), |m| format!(" ({})", m.shown()))
         );
         if let Some(l) = &n.link {
             let _ = writeln!(out, "    - linked by: {}", text(l));
@@ -244,7 +245,7 @@ pub fn audit_chain(r: &Report) -> Vec<ChainNode> {
         nodes.push(ChainNode {
             role: "source revision".into(),
             name: rev.clone(),
-            mark: Mark::Unknown,
+            mark: Some(Mark::Unknown),
             link: None,
             facts: Vec::new(),
         });
@@ -303,7 +304,7 @@ pub fn audit_chain(r: &Report) -> Vec<ChainNode> {
     nodes.push(ChainNode {
         role: "this bundle".into(),
         name: r.bundle.path.clone(),
-        mark,
+        mark: Some(mark),
         link: p
             .source_revision
             .as_ref()
