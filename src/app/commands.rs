@@ -67,6 +67,20 @@ pub enum Command {
     PickParent,
     /// Audit the open overlay again against this parent folder.
     SetParent(PathBuf),
+    /// Show the folder picker for a bundle to compare the open one with.
+    PickCompare,
+    /// Compare the open bundle (A) with this one (B), on a job.
+    Compare(PathBuf),
+    /// Stop the running comparison.
+    CancelCompare,
+    /// Forget the comparison.
+    CloseCompare,
+    /// Select a row of the diff table (index into the diff report's tensors).
+    SelectDiffRow(Option<usize>),
+    /// Ask where to save the comparison (JSON or Markdown by extension).
+    SaveDiffReportDialog,
+    /// Write the comparison to this file.
+    SaveDiffReport(PathBuf),
 }
 
 /// The queue panels push commands into: the only way a panel changes what
@@ -128,6 +142,8 @@ enum DialogKind {
     Save,
     Reference,
     Parent,
+    Compare,
+    SaveDiff,
 }
 
 /// A file dialog (or another one-shot job whose answer is a path to act
@@ -225,6 +241,30 @@ impl App {
                         self.central = CentralTab::Lineage;
                     }
                 }
+                Command::PickCompare => {
+                    if self
+                        .session
+                        .as_ref()
+                        .is_some_and(|s| s.model.bundle.is_some())
+                    {
+                        self.start_dialog(DialogKind::Compare);
+                    }
+                }
+                Command::Compare(b) => self.start_compare(b),
+                Command::CancelCompare => self.compare.cancel(),
+                Command::CloseCompare => {
+                    self.compare.reset();
+                    if self.central == CentralTab::Compare {
+                        self.central = CentralTab::Tensors;
+                    }
+                }
+                Command::SelectDiffRow(k) => self.compare.select(k, self.ctx.clone()),
+                Command::SaveDiffReportDialog => {
+                    if self.compare.result().is_some() {
+                        self.start_dialog(DialogKind::SaveDiff);
+                    }
+                }
+                Command::SaveDiffReport(path) => self.save_diff_report(path),
             }
         }
     }
@@ -254,6 +294,48 @@ impl App {
         });
     }
 
+    /// Compares the open bundle with `b` on a job and shows the Compare tab.
+    pub(super) fn start_compare(&mut self, b: PathBuf) {
+        // A still opening: compare once its index is in.
+        if self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.model.bundle.is_none() && s.running())
+        {
+            self.compare.queue(b);
+            self.central = CentralTab::Compare;
+            return;
+        }
+        let Some((a_path, a)) = self
+            .session
+            .as_ref()
+            .and_then(|s| Some((s.path.clone(), s.model.bundle.clone()?)))
+        else {
+            self.set_notice("open a bundle first, then compare it with another", true);
+            return;
+        };
+        match self.compare.start(a_path, a, b, self.ctx.clone()) {
+            Ok(()) => self.central = CentralTab::Compare,
+            Err(e) => self.set_notice(e, true),
+        }
+    }
+
+    /// Writes the comparison (never into either bundle's folder), on a job.
+    fn save_diff_report(&mut self, path: PathBuf) {
+        let Some(r) = self.compare.result() else {
+            return;
+        };
+        let report = r.report.clone();
+        let (a, b) = (PathBuf::from(&report.a.path), PathBuf::from(&report.b.path));
+        self.start_chore("save-diff", move |_| {
+            Chore::Saved(if inside_bundle(&a, &path) || inside_bundle(&b, &path) {
+                Err("bundlescope never writes into a bundle folder; choose another place".into())
+            } else {
+                super::compare::write_diff_report(&report, &path)
+            })
+        });
+    }
+
     fn start_dialog(&mut self, kind: DialogKind) {
         if self.dialog.is_some() {
             return;
@@ -263,9 +345,20 @@ impl App {
                 .set_title("Open bundle folder")
                 .pick_folder(),
             DialogKind::Save => rfd::FileDialog::new()
-                .set_title("Save report")
+                .set_title("Save report (.json or .md)")
                 .set_file_name("bundlescope-report.json")
+                .add_filter("JSON report", &["json"])
+                .add_filter("Markdown report", &["md"])
                 .save_file(),
+            DialogKind::SaveDiff => rfd::FileDialog::new()
+                .set_title("Save comparison (.json or .md)")
+                .set_file_name("bundlescope-diff.md")
+                .add_filter("Markdown report", &["md"])
+                .add_filter("JSON report", &["json"])
+                .save_file(),
+            DialogKind::Compare => rfd::FileDialog::new()
+                .set_title("Compare with bundle folder")
+                .pick_folder(),
             DialogKind::Reference => rfd::FileDialog::new()
                 .set_title("Choose the reference checkpoint folder")
                 .pick_folder(),
@@ -293,6 +386,8 @@ impl App {
             (DialogKind::Save, Some(p)) => self.send(Command::SaveReport(p)),
             (DialogKind::Reference, Some(p)) => self.send(Command::SetReference(p)),
             (DialogKind::Parent, Some(p)) => self.send(Command::SetParent(p)),
+            (DialogKind::Compare, Some(p)) => self.send(Command::Compare(p)),
+            (DialogKind::SaveDiff, Some(p)) => self.send(Command::SaveDiffReport(p)),
             (_, None) => {
                 if cfg!(target_os = "linux") {
                     self.set_notice(
@@ -327,6 +422,25 @@ impl App {
     }
 }
 
+/// Does the file name ask for Markdown (`.md`, `.markdown`)? Anything
+/// else is written as JSON.
+pub(super) fn is_markdown(out: &Path) -> bool {
+    out.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("md") || e.eq_ignore_ascii_case("markdown"))
+}
+
+/// Is `out` inside the folder of the bundle at `bundle` (judged on real
+/// paths: a bundle opened through its manifest or a symlink is caught)?
+pub(super) fn inside_bundle(bundle: &Path, out: &Path) -> bool {
+    use crate::util::paths::{bundle_folder, is_inside};
+    match bundle_folder(bundle) {
+        Some(folder) => is_inside(out, &folder),
+        // The bundle is gone; a plain prefix check is all that is left.
+        None => out.starts_with(bundle),
+    }
+}
+
 /// Writes the report unless `out` lies inside the bundle's folder (judged on
 /// real paths: a bundle opened through its manifest or a symlink is caught).
 fn write_report(
@@ -334,17 +448,15 @@ fn write_report(
     out: &Path,
     report: &crate::report::Report,
 ) -> Result<String, String> {
-    use crate::util::paths::{bundle_folder, is_inside};
-    let inside = match bundle_folder(bundle) {
-        Some(folder) => is_inside(out, &folder),
-        // The bundle is gone; a plain prefix check is all that is left.
-        None => out.starts_with(bundle),
-    };
-    if inside {
+    if inside_bundle(bundle, out) {
         return Err("bundlescope never writes into the bundle folder; choose another place".into());
     }
-    let bytes = serde_json::to_vec_pretty(report)
-        .map_err(|e| format!("could not encode the report: {e}"))?;
+    let bytes = if is_markdown(out) {
+        crate::report::markdown::audit_markdown(report).into_bytes()
+    } else {
+        serde_json::to_vec_pretty(report)
+            .map_err(|e| format!("could not encode the report: {e}"))?
+    };
     std::fs::write(out, bytes).map_err(|e| format!("could not save {}: {e}", out.display()))?;
     Ok(format!("report saved to {}", out.display()))
 }

@@ -8,7 +8,7 @@ use super::Commands;
 use super::chart_export::chart_ui as exportable;
 use crate::decode::stats::{CodeCounts, ScaleSummary, TensorStats, ValueSummary};
 
-const BAR: Color32 = Color32::from_rgb(0x3b, 0x82, 0xc4);
+pub(super) const BAR: Color32 = Color32::from_rgb(0x3b, 0x82, 0xc4);
 
 /// Draws every chart the tensor's statistics allow (each with its PNG menu).
 pub fn stats_ui(ui: &mut egui::Ui, id: &str, stats: &TensorStats, tx: &mut Commands) {
@@ -67,23 +67,7 @@ fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts, tx: &mut Commands) {
     ui.label(RichText::new("Codes").strong())
         .on_hover_text("One bar per stored code; the axis shows its level (code − zero point)");
     let warn = ui.visuals().warn_fg_color;
-    let bars: Vec<Bar> = c
-        .counts
-        .iter()
-        .enumerate()
-        .map(|(code, &n)| {
-            let level = code as i32 - c.zero;
-            let reserved = code > usize::from(c.max_code);
-            Bar::new(code as f64, n as f64)
-                .width(0.8)
-                .name(if reserved {
-                    format!("code {code} (reserved)")
-                } else {
-                    format!("code {code}, level {level:+}")
-                })
-                .fill(if reserved { warn } else { BAR })
-        })
-        .collect();
+    let bars = code_bars(c, 0.0, 0.8, BAR, warn);
     let chart = BarChart::new("codes", bars).element_formatter(Box::new(move |bar, _| {
         format!(
             "{}\n{} codes ({:.2}%)",
@@ -92,8 +76,43 @@ fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts, tx: &mut Commands) {
             bar.value / total * 100.0
         )
     }));
-    let zero = c.zero;
-    let plot = Plot::new(format!("{id}-codes"))
+    let plot = code_plot(&format!("{id}-codes"), c.zero);
+    exportable(ui, "codes", tx, |ui, _| {
+        plot.show(ui, |p| p.bar_chart(chart))
+    });
+}
+
+/// The bars of a code histogram: one per stored code at `code + shift`,
+/// `width` wide, reserved codes in `warn`.
+pub(super) fn code_bars(
+    c: &CodeCounts,
+    shift: f64,
+    width: f64,
+    fill: Color32,
+    warn: Color32,
+) -> Vec<Bar> {
+    c.counts
+        .iter()
+        .enumerate()
+        .map(|(code, &n)| {
+            let level = code as i32 - c.zero;
+            let reserved = code > usize::from(c.max_code);
+            Bar::new(code as f64 + shift, n as f64)
+                .width(width)
+                .name(if reserved {
+                    format!("code {code} (reserved)")
+                } else {
+                    format!("code {code}, level {level:+}")
+                })
+                .fill(if reserved { warn } else { fill })
+        })
+        .collect()
+}
+
+/// The fixed plot a code histogram is drawn in: integer ticks labelled
+/// with the level `code − zero`.
+pub(super) fn code_plot(id: &str, zero: i32) -> Plot<'static> {
+    Plot::new(id)
         .height(150.0)
         .allow_zoom(false)
         .allow_drag(false)
@@ -107,10 +126,7 @@ fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts, tx: &mut Commands) {
             } else {
                 String::new()
             }
-        });
-    exportable(ui, "codes", tx, |ui, _| {
-        plot.show(ui, |p| p.bar_chart(chart))
-    });
+        })
 }
 
 fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {
@@ -134,20 +150,7 @@ fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {
         .small(),
     );
     let total = s.count.max(1) as f64;
-    let bars: Vec<Bar> = s
-        .bins
-        .iter()
-        .map(|b| {
-            let (lo, hi) = (b.lo.log2(), b.hi.log2());
-            Bar::new((lo + hi) / 2.0, b.count as f64)
-                .width((hi - lo) * 0.9)
-                .name(format!("{:.3e} – {:.3e}", b.lo, b.hi))
-                .fill(BAR)
-        })
-        .collect();
-    let log_axis = |mark: egui_plot::GridMark, _: &std::ops::RangeInclusive<f64>| {
-        format!("2^{:.1}", mark.value)
-    };
+    let bars = scale_bars(s, 0.0, 0.9, BAR);
     exportable(ui, "scales", tx, |ui, _| {
         chart_ui(
             ui,
@@ -158,6 +161,26 @@ fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {
             Some(Box::new(log_axis)),
         )
     });
+}
+
+/// The bars of a scale histogram on a log2 axis: each bin's bar covers
+/// `width` of the bin, its centre moved by `shift` bin widths.
+pub(super) fn scale_bars(s: &ScaleSummary, shift: f64, width: f64, fill: Color32) -> Vec<Bar> {
+    s.bins
+        .iter()
+        .map(|b| {
+            let (lo, hi) = (b.lo.log2(), b.hi.log2());
+            Bar::new((lo + hi) / 2.0 + shift * (hi - lo), b.count as f64)
+                .width((hi - lo) * width)
+                .name(format!("{:.3e} – {:.3e}", b.lo, b.hi))
+                .fill(fill)
+        })
+        .collect()
+}
+
+/// Labels a log2 axis mark as a power of two.
+pub(super) fn log_axis(mark: egui_plot::GridMark, _: &std::ops::RangeInclusive<f64>) -> String {
+    format!("2^{:.1}", mark.value)
 }
 
 fn values_ui(ui: &mut egui::Ui, id: &str, v: &ValueSummary, tx: &mut Commands) {
@@ -179,19 +202,25 @@ fn values_ui(ui: &mut egui::Ui, id: &str, v: &ValueSummary, tx: &mut Commands) {
         .small(),
     );
     let total = v.count.max(1) as f64;
-    let bars: Vec<Bar> = v
-        .bins
-        .iter()
-        .map(|b| {
-            Bar::new((b.lo + b.hi) / 2.0, b.count as f64)
-                .width((b.hi - b.lo).max(1e-12) * 0.95)
-                .name(format!("{:.4} – {:.4}", b.lo, b.hi))
-                .fill(BAR)
-        })
-        .collect();
+    let bars = value_bars(v, 0.0, 0.95, BAR);
     exportable(ui, "values", tx, |ui, _| {
         chart_ui(ui, &format!("{id}-values"), "values", bars, total, None)
     });
+}
+
+/// The bars of a value histogram, each covering `width` of its bin, moved
+/// by `shift` bin widths.
+pub(super) fn value_bars(v: &ValueSummary, shift: f64, width: f64, fill: Color32) -> Vec<Bar> {
+    v.bins
+        .iter()
+        .map(|b| {
+            let w = (b.hi - b.lo).max(1e-12);
+            Bar::new((b.lo + b.hi) / 2.0 + shift * w, b.count as f64)
+                .width(w * width)
+                .name(format!("{:.4} – {:.4}", b.lo, b.hi))
+                .fill(fill)
+        })
+        .collect()
 }
 
 type AxisFormatter = Box<dyn Fn(egui_plot::GridMark, &std::ops::RangeInclusive<f64>) -> String>;

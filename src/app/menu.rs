@@ -106,6 +106,11 @@ impl App {
     pub(super) fn menu_bar_ui(&mut self, ui: &mut egui::Ui) {
         let audited = self.audited();
         let open = self.session.is_some();
+        let indexed = self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.model.bundle.is_some());
+        let comparing = self.compare.active();
         let tx = &mut self.commands;
         let recent = &self.recent;
         let (central, side) = (self.central, self.side);
@@ -127,7 +132,9 @@ impl App {
                         }
                     }
                 });
-                // Compare with…: wired by the compare branch
+                if item(ui, "Compare with…", Some(Action::Compare), indexed) {
+                    tx.send(Command::PickCompare);
+                }
                 ui.separator();
                 if item(ui, "Save Report…", Some(Action::SaveReport), audited) {
                     tx.send(Command::SaveReportDialog);
@@ -143,6 +150,12 @@ impl App {
                         .shortcut_text(shortcuts::text(ui.ctx(), action));
                     if ui.add(b).clicked() {
                         tx.send(Command::ShowTab(tab));
+                    }
+                }
+                if comparing {
+                    let b = Button::selectable(central == CentralTab::Compare, "Compare");
+                    if ui.add(b).clicked() {
+                        tx.send(Command::ShowTab(CentralTab::Compare));
                     }
                 }
                 ui.separator();

@@ -7,6 +7,7 @@
 mod cache;
 mod chart_export;
 mod commands;
+pub mod compare;
 mod detail;
 mod histograms;
 pub mod jobs;
@@ -32,6 +33,7 @@ use egui::{Color32, RichText, ThemePreference};
 pub use cache::AuditCache;
 pub use chart_export::{ChartShot, ChartTarget, crop, encode_png};
 pub use commands::{Command, Commands, Notice};
+pub use compare::{CompareView, ComparedBundle};
 pub use lineage::LineageView;
 pub use menu::{Overlay, version_text};
 pub use nvfp4::{ExpertSort, HeatStat, Nvfp4View};
@@ -65,6 +67,8 @@ pub enum CentralTab {
     SpotChecks,
     /// The provenance chain: source, parent, this bundle, a compared one.
     Lineage,
+    /// The open bundle compared with another (Compare with…).
+    Compare,
 }
 
 /// Which tab the right-hand panel shows.
@@ -97,6 +101,8 @@ pub struct App {
     nvfp4: Nvfp4View,
     spot: SpotView,
     lineage: LineageView,
+    /// Compare with…: bundle B, the diff and its table.
+    compare: CompareView,
     dialog: Option<Dialog>,
     ctx: Option<egui::Context>,
     /// The `?` list or About, when shown.
@@ -130,6 +136,7 @@ impl App {
             nvfp4: Nvfp4View::default(),
             spot: SpotView::default(),
             lineage: LineageView::default(),
+            compare: CompareView::default(),
             dialog: None,
             ctx: None,
             overlay: None,
@@ -210,6 +217,22 @@ impl App {
         &mut self.lineage
     }
 
+    /// The comparison with another bundle (Compare with…); its
+    /// [`CompareView::compared`] is bundle B's path and hashes.
+    pub fn compare(&self) -> &CompareView {
+        &self.compare
+    }
+
+    /// Waits (up to `timeout`) until the comparison and the selected diff
+    /// row's statistics are in, applying them; the notice it raised, if
+    /// any. For tests.
+    pub fn wait_for_compare(&mut self, timeout: Duration) -> bool {
+        if let Some((m, e)) = self.compare.wait(timeout) {
+            self.set_notice(m, e);
+        }
+        !self.compare.running()
+    }
+
     /// Recently opened bundles, newest first.
     pub fn recent(&self) -> &[PathBuf] {
         self.recent.paths()
@@ -242,6 +265,7 @@ impl App {
         for action in shortcuts::pressed(ctx, typing) {
             let tx = &mut self.commands;
             match action {
+                Action::Compare => tx.send(Command::PickCompare),
                 Action::Open => tx.send(Command::OpenDialog),
                 Action::SaveReport => tx.send(Command::SaveReportDialog),
                 Action::Close => tx.send(Command::Close),
@@ -259,6 +283,8 @@ impl App {
                         tx.send(Command::CopySelectedName);
                     }
                 }
+                // The Compare tab moves its own selection with the arrows.
+                Action::Next | Action::Previous if self.central == CentralTab::Compare => {}
                 Action::Next | Action::Previous => {
                     let rows = self.table.rows();
                     if rows.is_empty() {
@@ -287,14 +313,27 @@ impl App {
     }
 
     fn drops(&mut self, ui: &mut egui::Ui) {
-        let (hovering, dropped) = ui.ctx().input(|i| {
+        let (hovering, dropped, modifiers, pointer) = ui.ctx().input(|i| {
             (
                 !i.raw.hovered_files.is_empty(),
                 i.raw.dropped_files.first().map(|f| f.path().to_path_buf()),
+                i.modifiers,
+                i.pointer.latest_pos(),
             )
         });
+        // Alt/Option or Shift held, or the Summary tab's drop zone: compare.
+        let bundle_open = self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.model.bundle.is_some());
+        let compares =
+            compare::drop_compares(bundle_open, modifiers, self.compare.over_drop_zone(pointer));
         if let Some(p) = dropped {
-            self.commands.send(Command::Open(p));
+            self.commands.send(if compares {
+                Command::Compare(p)
+            } else {
+                Command::Open(p)
+            });
         }
         if hovering {
             let rect = ui.ctx().content_rect();
@@ -306,7 +345,13 @@ impl App {
             painter.text(
                 rect.center(),
                 egui::Align2::CENTER_CENTER,
-                "Drop a bundle folder (or its manifest.json) to open it",
+                if compares {
+                    "Drop to compare the open bundle with this one"
+                } else if bundle_open {
+                    "Drop a bundle folder to open it (hold Alt/Option or Shift to compare)"
+                } else {
+                    "Drop a bundle folder (or its manifest.json) to open it"
+                },
                 egui::FontId::proportional(22.0),
                 Color32::WHITE,
             );
@@ -371,7 +416,10 @@ impl App {
                                 &mut self.nvfp4,
                                 &mut self.commands,
                             ),
-                            SideTab::Summary => provenance::summary_ui(ui, session),
+                            SideTab::Summary => {
+                                provenance::summary_ui(ui, session);
+                                compare::summary_ui(ui, &mut self.compare, &mut self.commands);
+                            }
                         });
                 });
             egui::CentralPanel::default().show(ui, |ui| {
@@ -380,8 +428,13 @@ impl App {
                     ui.selectable_value(&mut self.central, CentralTab::Quality, "Quality");
                     ui.selectable_value(&mut self.central, CentralTab::SpotChecks, "Spot checks");
                     ui.selectable_value(&mut self.central, CentralTab::Lineage, "Lineage");
+                    if self.compare.active() {
+                        ui.selectable_value(&mut self.central, CentralTab::Compare, "Compare");
+                    }
                 });
-                if self.table.focus_filter {
+                if self.table.focus_filter
+                    || (self.central == CentralTab::Compare && !self.compare.active())
+                {
                     self.central = CentralTab::Tensors;
                 }
                 match self.central {
@@ -407,6 +460,9 @@ impl App {
                     CentralTab::Lineage => {
                         lineage::lineage_ui(ui, &mut self.lineage, session, &mut self.commands)
                     }
+                    CentralTab::Compare => {
+                        compare::compare_ui(ui, &mut self.compare, &mut self.commands)
+                    }
                 }
             });
         } else {
@@ -423,6 +479,7 @@ impl App {
         self.handle_commands();
         if self.session.as_ref().is_some_and(Session::running)
             || self.spot.running()
+            || self.compare.running()
             || self.opening.busy()
             || self.charts.busy()
         {
@@ -553,6 +610,8 @@ pub enum Start {
     DemoOverlay,
     /// This bundle.
     Open(PathBuf),
+    /// The first bundle, compared with the second (Compare with…).
+    Compare(PathBuf, PathBuf),
 }
 
 /// Opens the window and runs until it is closed.
@@ -584,6 +643,10 @@ pub fn run(start: Start) -> anyhow::Result<()> {
                     app.central = CentralTab::Lineage;
                 }
                 Start::Open(p) => app.send(Command::Open(p)),
+                Start::Compare(a, b) => {
+                    app.send(Command::Open(a));
+                    app.send(Command::Compare(b));
+                }
             }
             app.handle_commands();
             Ok(Box::new(app))

@@ -132,6 +132,13 @@ impl App {
         self.spot.reset();
         // The recent list gets the path once it opens as a bundle (see
         // `drain_audit`): a folder that is not one is not worth offering.
+        // A comparison asked for before this open (`DIR --compare B`) waits
+        // for this bundle; any other is about the bundle being replaced.
+        let queued = self.compare.take_queued();
+        self.compare.reset();
+        if let Some(b) = queued {
+            self.compare.queue(b);
+        }
         // The session appears at once ("Opening…"); the job fills it.
         self.session = Some(Session::new(path.clone()));
         let cache = self.cache.clone().filter(|_| use_cache);
@@ -179,9 +186,41 @@ impl App {
         self.poll_chores();
         self.poll_dialog();
         self.spot.poll();
+        if let Some((m, e)) = self.compare.poll() {
+            self.set_notice(m, e);
+        }
+        self.sync_lineage_compared();
+        if self
+            .session
+            .as_ref()
+            .is_some_and(|s| s.model.bundle.is_some())
+            && let Some(b) = self.compare.take_queued()
+        {
+            self.start_compare(b);
+        }
         self.recent.poll();
         self.poll_chart_export();
         self.mlx_version.poll();
+    }
+
+    /// The Lineage tab's last node follows the comparison (Compare with…).
+    fn sync_lineage_compared(&mut self) {
+        let want = self
+            .compare
+            .compared()
+            .map(|c| crate::report::lineage::Compared {
+                path: c.path.display().to_string(),
+                format: Some(c.format.clone()),
+                manifest_sha256: Some(c.manifest_sha256.clone()),
+                weights_sha256: c.files.first().and_then(|(_, h)| h.clone()),
+                identical: c.summary.identical,
+                changed: c.summary.changed,
+                only_a: c.summary.only_a,
+                only_b: c.summary.only_b,
+            });
+        if self.lineage.compared() != want.as_ref() {
+            self.lineage.set_compared(want);
+        }
     }
 
     fn drain_audit(&mut self, budget: Duration) {

@@ -7,6 +7,8 @@ use egui::{Key, KeyboardShortcut, Modifiers, RichText};
 /// What a shortcut does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Action {
+    /// Show the folder picker for a bundle to compare the open one with.
+    Compare,
     /// Show the folder picker.
     Open,
     /// Ask where to save the report.
@@ -99,6 +101,12 @@ const fn in_panel(action: Action, key: Key, panel: &'static str, what: &'static 
 /// `consume_shortcut` ignores an extra Shift, so Cmd+K would take
 /// Shift+Cmd+K otherwise (a test checks the order).
 pub const SHORTCUTS: &[Shortcut] = &[
+    row(
+        Action::Compare,
+        KeyboardShortcut::new(Modifiers::COMMAND.plus(Modifiers::SHIFT), Key::O),
+        true,
+        "Compare the open bundle with another",
+    ),
     row(Action::Open, cmd(Key::O), true, "Open a bundle folder"),
     row(
         Action::SaveReport,
@@ -296,6 +304,7 @@ mod tests {
     fn every_action_has_one_row_and_no_keys_repeat() {
         use Action::*;
         let all = [
+            Compare,
             Open,
             SaveReport,
             Close,

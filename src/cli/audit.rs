@@ -1,9 +1,10 @@
-//! `bundlescope audit DIR [--json]`.
+//! `bundlescope audit DIR [--json | --markdown]`.
 
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use bundlescope::audit::{self, Event, Failure, Severity};
+use bundlescope::report::markdown::audit_markdown;
 use bundlescope::report::{Report, ReportBuilder, failure_report, human_bytes};
 
 use super::common::progress_bar;
@@ -16,6 +17,9 @@ pub struct Args {
     /// Print the JSON report on stdout instead of the summary.
     #[arg(long)]
     pub json: bool,
+    /// Print the report as Markdown (for a review) instead of the summary.
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
     /// Also hash every tensor's byte range (`tensors[].sha256` in the JSON
     /// report), in the same read, on one more core.
     #[arg(long)]
@@ -69,9 +73,13 @@ pub fn run(a: Args) -> Result<i32> {
         // A pipeline reading --json gets a report for this outcome too; the
         // sentence on stderr is the same as without --json.
         Some(Err(Failure::Open(e))) => {
-            if a.json {
+            if a.json || a.markdown {
                 let report = failure_report(&a.dir.display().to_string(), e);
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                if a.json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", audit_markdown(&report));
+                }
             }
             return Err(Failure::Open(e.clone()).into());
         }
@@ -83,6 +91,8 @@ pub fn run(a: Args) -> Result<i32> {
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if a.markdown {
+        print!("{}", audit_markdown(&report));
     } else {
         print_summary(&report);
     }

@@ -1,4 +1,4 @@
-//! `bundlescope diff A B [--json] [--fail-on changed|any]`.
+//! `bundlescope diff A B [--json | --markdown] [--fail-on changed|any]`.
 
 use std::path::PathBuf;
 
@@ -24,6 +24,9 @@ pub struct Args {
     /// Print the comparison as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Print the comparison as Markdown (for a review).
+    #[arg(long, conflicts_with = "json")]
+    pub markdown: bool,
     /// Exit 1 on these differences (default: never; a difference is not
     /// an error).
     #[arg(long, value_enum)]
@@ -35,6 +38,8 @@ pub fn run(a: Args) -> Result<i32> {
     let report = diff::diff(&a.a, &a.b)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if a.markdown {
+        print!("{}", diff::markdown::diff_markdown(&report));
     } else {
         print_human(&report);
     }

@@ -45,6 +45,10 @@ struct Cli {
     /// bundle, written beside it).
     #[arg(long)]
     demo_overlay: bool,
+    /// With DIR: compare it with bundle B at once (the app's Compare
+    /// with…; without the app, `diff DIR B`).
+    #[arg(long, value_name = "B", requires = "dir")]
+    compare: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -94,8 +98,11 @@ pub fn main() -> i32 {
     // A folder that does not exist is refused here, before a window opens
     // on it (or the terminal audit starts), with the path or the typo named.
     if cli.command.is_none()
-        && let Some(dir) = &cli.dir
-        && let Some(message) = missing_dir(dir)
+        && let Some(message) = cli
+            .dir
+            .iter()
+            .chain(&cli.compare)
+            .find_map(|d| missing_dir(d))
     {
         eprintln!("bundlescope: {message}");
         return EXIT_ERROR;
@@ -110,7 +117,10 @@ pub fn main() -> i32 {
         Some(Command::Spotcheck(a)) => spotcheck::run(a),
         Some(Command::Completions(a)) => completions::run(a),
         Some(Command::Diff(a)) => diff::run(a),
-        None => open_demo_or_dir(cli.dir, cli.demo, cli.demo_overlay),
+        None => match (cli.dir, cli.compare) {
+            (Some(a), Some(b)) => open_compare(a, b),
+            (dir, _) => open_demo_or_dir(dir, cli.demo, cli.demo_overlay),
+        },
     };
     match result {
         Ok(code) => code,
@@ -189,6 +199,25 @@ fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool, overlay: bool) -> anyhow::
     Ok(EXIT_OK)
 }
 
+/// Opens the desktop app on bundle `a` compared with bundle `b`.
+#[cfg(feature = "gui")]
+fn open_compare(a: PathBuf, b: PathBuf) -> anyhow::Result<i32> {
+    bundlescope::app::run(bundlescope::app::Start::Compare(a, b))?;
+    Ok(EXIT_OK)
+}
+
+/// Without the desktop app, `DIR --compare B` is `diff DIR B`.
+#[cfg(not(feature = "gui"))]
+fn open_compare(a: PathBuf, b: PathBuf) -> anyhow::Result<i32> {
+    diff::run(diff::Args {
+        a,
+        b,
+        json: false,
+        markdown: false,
+        fail_on: None,
+    })
+}
+
 /// Without the desktop app, opening a bundle audits it in the terminal.
 #[cfg(not(feature = "gui"))]
 fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool, overlay: bool) -> anyhow::Result<i32> {
@@ -205,6 +234,7 @@ fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool, overlay: bool) -> anyhow::
     audit::run(audit::Args {
         dir,
         json: false,
+        markdown: false,
         range_hashes: false,
         parent: None,
     })

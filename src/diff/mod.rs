@@ -7,10 +7,12 @@
 //! payload layer's maps, on all cores); only changed tensors are decoded.
 
 pub mod compare;
+pub mod markdown;
 mod tensor;
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -19,6 +21,7 @@ use sha2::{Digest, Sha256};
 pub use compare::{CodeDiff, ScaleDiff, WorstRow};
 
 use crate::format::{self, Bundle, OpenError, Payload, PayloadError, hex};
+use crate::util::CancelToken;
 
 /// Why two bundles could not be compared (the CLI exits 2).
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +43,43 @@ pub enum DiffError {
         /// Which file, tensor and offsets.
         source: PayloadError,
     },
+    /// The caller cancelled the comparison (the app's job).
+    #[error("the comparison was cancelled")]
+    Cancelled,
+}
+
+/// How a caller follows and stops a long comparison (the app runs it as a
+/// job): a cancel token checked before each tensor, and a progress callback
+/// called from the hashing threads with (bytes hashed, bytes to hash) over
+/// both sides.
+pub struct Control<'a> {
+    /// Stops the comparison before the next tensor.
+    pub cancel: &'a CancelToken,
+    /// Bytes hashed so far and in all; called from any thread.
+    pub progress: &'a (dyn Fn(u64, u64) + Sync),
+}
+
+/// Bytes hashed so far and in all, shared by both sides' hashing tasks.
+struct Counter<'a> {
+    control: &'a Control<'a>,
+    done: AtomicU64,
+    total: u64,
+}
+
+impl Counter<'_> {
+    fn add(&self, bytes: u64) {
+        let done = self.done.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        (self.control.progress)(done, self.total);
+    }
+}
+
+/// Bytes a side will hash: every record that is not an alias.
+fn bytes_to_hash(b: &Bundle) -> u64 {
+    b.tensors
+        .iter()
+        .filter(|t| t.alias_of.is_none())
+        .map(|t| t.bytes.unwrap_or(0))
+        .fold(0, u64::saturating_add)
 }
 
 /// Which bundle a side of the comparison is.
@@ -49,6 +89,8 @@ pub struct SideRef {
     pub path: String,
     /// Its format name.
     pub format: String,
+    /// SHA-256 of its manifest.json as read.
+    pub manifest_sha256: String,
 }
 
 /// Tensors (by name) in each state.
@@ -143,7 +185,7 @@ pub(crate) struct Side<'a> {
 }
 
 impl<'a> Side<'a> {
-    fn new(bundle: &'a Bundle, side: &'static str) -> Result<Self, DiffError> {
+    fn new(bundle: &'a Bundle, side: &'static str, counter: &Counter) -> Result<Self, DiffError> {
         let payload = Payload::open(bundle);
         let err = |source| DiffError::Payload { side, source };
         // Every tensor's range is hashed from the mapped file on its own
@@ -154,10 +196,15 @@ impl<'a> Side<'a> {
                 if bundle.tensors[i].alias_of.is_some() {
                     return Ok(None);
                 }
-                Ok(Some(Sha256::digest(payload.tensor_bytes(i)?).into()))
+                if counter.control.cancel.is_cancelled() {
+                    return Err(DiffError::Cancelled);
+                }
+                let bytes = payload.tensor_bytes(i).map_err(err)?;
+                let hash = Sha256::digest(bytes).into();
+                counter.add(bytes.len() as u64);
+                Ok(Some(hash))
             })
-            .collect::<Result<_, PayloadError>>()
-            .map_err(err)?;
+            .collect::<Result<_, DiffError>>()?;
         let hashes = (0..bundle.tensors.len())
             .map(|i| {
                 let target = bundle.resolve_alias(i)?;
@@ -196,7 +243,31 @@ pub fn diff(a: &Path, b: &Path) -> Result<DiffReport, DiffError> {
     let (ba, bb) = rayon::join(|| format::open(a), || format::open(b));
     let ba = ba.map_err(|source| DiffError::Open { side: "A", source })?;
     let bb = bb.map_err(|source| DiffError::Open { side: "B", source })?;
-    let (sa, sb) = rayon::join(|| Side::new(&ba, "A"), || Side::new(&bb, "B"));
+    let cancel = CancelToken::default();
+    let control = Control {
+        cancel: &cancel,
+        progress: &|_, _| {},
+    };
+    diff_bundles((a, &ba), (b, &bb), &control)
+}
+
+/// Compares two opened bundles (each with the path it was opened from, as
+/// the report names it), cancellable and with progress: what the app's
+/// "Compare with…" job runs, on the bundle it already has open.
+pub fn diff_bundles(
+    (a, ba): (&Path, &Bundle),
+    (b, bb): (&Path, &Bundle),
+    control: &Control,
+) -> Result<DiffReport, DiffError> {
+    let counter = Counter {
+        control,
+        done: AtomicU64::new(0),
+        total: bytes_to_hash(ba).saturating_add(bytes_to_hash(bb)),
+    };
+    let (sa, sb) = rayon::join(
+        || Side::new(ba, "A", &counter),
+        || Side::new(bb, "B", &counter),
+    );
     let (sa, sb) = (sa?, sb?);
 
     let mut summary = Summary::default();
@@ -232,8 +303,16 @@ pub fn diff(a: &Path, b: &Path) -> Result<DiffReport, DiffError> {
     }
     let detailed: Vec<Vec<TensorDiff>> = changed
         .par_iter()
-        .map(|&(i, j)| tensor::compare(&sa, &sb, i, j))
+        .map(|&(i, j)| {
+            if control.cancel.is_cancelled() {
+                return Vec::new();
+            }
+            tensor::compare(&sa, &sb, i, j)
+        })
         .collect();
+    if control.cancel.is_cancelled() {
+        return Err(DiffError::Cancelled);
+    }
     rows.extend(detailed.into_iter().flatten());
     rows.sort_by(|x, y| {
         x.status
@@ -252,10 +331,11 @@ pub fn diff(a: &Path, b: &Path) -> Result<DiffReport, DiffError> {
     let side_ref = |p: &Path, bundle: &Bundle| SideRef {
         path: p.display().to_string(),
         format: bundle.format.name().to_string(),
+        manifest_sha256: bundle.provenance.manifest_sha256.clone(),
     };
     Ok(DiffReport {
-        a: side_ref(a, &ba),
-        b: side_ref(b, &bb),
+        a: side_ref(a, ba),
+        b: side_ref(b, bb),
         summary,
         tensors: rows,
     })
@@ -274,5 +354,55 @@ fn plain_row(this: &Side, other: &Side, i: usize, j: Option<usize>, status: Stat
         scales: None,
         weight_rel_err: None,
         worst_row: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::sample::{self, SampleFormat, SampleOptions};
+
+    fn sample_dir(tmp: &tempfile::TempDir) -> std::path::PathBuf {
+        let dir = tmp.path().join("b");
+        let opts = SampleOptions {
+            format: SampleFormat::Audio8V2,
+            seed: 3,
+            size_mib: None,
+        };
+        sample::write(&dir, &opts).unwrap();
+        dir
+    }
+
+    #[test]
+    fn progress_reaches_every_byte_of_both_sides_and_cancel_stops() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = sample_dir(&tmp);
+        let bundle = format::open(&dir).unwrap();
+        let payload = std::fs::metadata(dir.join("weights.bin")).unwrap().len();
+        let seen = Mutex::new(Vec::new());
+        let progress = |d, t| seen.lock().unwrap().push((d, t));
+        let cancel = CancelToken::default();
+        let control = Control {
+            cancel: &cancel,
+            progress: &progress,
+        };
+        let r = diff_bundles((&dir, &bundle), (&dir, &bundle), &control).unwrap();
+        assert_eq!(r.summary.changed, 0);
+        let seen = seen.into_inner().unwrap();
+        // Records are contiguous and cover the payload: both sides hash all of it.
+        assert_eq!(seen.iter().map(|s| s.0).max(), Some(2 * payload));
+        assert!(seen.iter().all(|s| s.1 == 2 * payload));
+
+        cancel.cancel();
+        let control = Control {
+            cancel: &cancel,
+            progress: &|_, _| {},
+        };
+        assert!(matches!(
+            diff_bundles((&dir, &bundle), (&dir, &bundle), &control),
+            Err(DiffError::Cancelled)
+        ));
     }
 }

@@ -2,6 +2,7 @@
 //! and every later command. Built by folding audit [`Event`]s.
 
 pub mod lineage;
+pub mod markdown;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
