@@ -264,6 +264,27 @@ fn the_reference_loader_accepts_the_overlay_with_the_documented_reading() {
                 m["provenance"]["copied"].as_array_mut().unwrap().pop();
             })
         }),
+        ("both lists", |o: &Overlay| {
+            let sha = o.range_sha(V_PROJ);
+            o.edit(|m| {
+                m["provenance"]["copied"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": V_PROJ, "range_sha256": sha}))
+            })
+        }),
+        ("overlay tensor not q4", |o: &Overlay| {
+            let gate = common::gptq::GATE;
+            o.edit(|m| {
+                let p = &mut m["provenance"];
+                p["copied"]
+                    .as_array_mut()
+                    .unwrap()
+                    .retain(|e| e["name"] != gate);
+                p["overlay"].as_array_mut().unwrap().push(json!(gate));
+            });
+            o.reidentify();
+        }),
     ] {
         let o = Overlay::new(false);
         edit(&o);
@@ -312,6 +333,14 @@ fn a_v2_bundle_relabelled_as_an_overlay_is_refused_for_q3_full8() {
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(error_checks(&r), vec!["record.full8_requires_v2"], "{r:#}");
     assert_eq!(r["provenance"]["calibration_provenance_verified"], true);
+    // The reference loader, past the Python reading's checks, refuses it
+    // for the same reason.
+    let Some(v) = seed_load(&b.dir) else { return };
+    assert_eq!(v["verdict"], "invalid", "{v:#}");
+    assert!(
+        v["error"].as_str().unwrap().contains("full8 requires v2"),
+        "{v:#}"
+    );
 }
 
 #[test]

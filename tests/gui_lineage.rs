@@ -33,6 +33,10 @@ fn an_overlay_beside_its_parent_shows_a_verified_chain() {
     let mut g = gui();
     g.open(&o.dir);
     assert_eq!(g.verdict(), "Valid");
+    // The Summary tab says how the format is read.
+    assert!(
+        g.shows("bundlescope's documented reading of the calibrated GPTQ-Q4 format (see Lineage)")
+    );
     open_lineage(&mut g);
     for label in [
         "source revision: verified",
