@@ -384,3 +384,37 @@ fn an_endless_provenance_list_is_bounded() {
         "{r:#}"
     );
 }
+
+#[test]
+fn the_identity_of_unusual_names_matches_python() {
+    // Non-ASCII (written as UTF-8, not escaped), a control character, a
+    // quote, and an order where byte order and a naive sort could differ.
+    let pairs: Vec<(String, String)> = [
+        ("zeta.é.weight", "1"),
+        ("alpha\u{1}\"q\".weight", "2"),
+        ("Ω.bias", "3"),
+        ("alpha.weight", "4"),
+    ]
+    .iter()
+    .map(|(n, h)| (n.to_string(), h.repeat(64)))
+    .collect();
+    let parent = "f".repeat(64);
+    let input = json!({"parent": parent, "pairs": pairs}).to_string();
+    let code = "import json,sys,hashlib; d=json.loads(sys.argv[1]); \
+        print(hashlib.sha256(json.dumps({'parent': d['parent'], 'overlay': sorted(({'name': n, 'range_sha256': h} for n, h in d['pairs']), key=lambda e: e['name'])}, sort_keys=True, separators=(',',':'), ensure_ascii=False).encode('utf-8')).hexdigest())";
+    let Some(out) = run_python(&["-c", code, &input]) else {
+        assert!(!require_or_skip("python", false));
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let py = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert_eq!(
+        bundlescope::format::gptq::overlay_identity(&parent, &pairs),
+        py
+    );
+    assert_eq!(identity(&parent, &pairs), py);
+}

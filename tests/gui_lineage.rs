@@ -167,3 +167,21 @@ fn replacing_the_compared_bundle_redraws_the_chain() {
     g.harness.run_steps(2);
     assert!(g.shows("no bundle compared"));
 }
+
+#[test]
+fn the_demo_overlay_opens_beside_its_parent() {
+    let mut g = gui();
+    g.harness.get_by_label("Open demo GPTQ-Q4 overlay").click();
+    g.harness.step();
+    g.finish();
+    assert_eq!(g.verdict(), "Valid");
+    let s = g.state().session().unwrap();
+    assert_eq!(
+        s.model.bundle.as_ref().unwrap().format.name(),
+        "audio8-gptq-q4-calibrated-v1"
+    );
+    open_lineage(&mut g);
+    // The demo bundle, written beside it, is found as its parent.
+    assert!(has(&g, "parent bundle: verified"));
+    assert!(has(&g, "this bundle: verified"));
+}
