@@ -418,3 +418,30 @@ fn the_identity_of_unusual_names_matches_python() {
     );
     assert_eq!(identity(&parent, &pairs), py);
 }
+
+#[test]
+fn the_overlay_writer_refuses_what_the_format_cannot_hold() {
+    let o = Overlay::new(false);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("x");
+    // No parent.
+    let run = cli(&["sample", out.to_str().unwrap(), "--format", "gptq-q4"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("--parent"), "{}", run.stderr);
+    // A q3_full8 tensor left to be copied.
+    let run = cli(&[
+        "sample",
+        out.to_str().unwrap(),
+        "--format",
+        "gptq-q4",
+        "--parent",
+        o.parent.to_str().unwrap(),
+        "--overlay",
+        V_PROJ,
+    ]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("q3_full8"), "{}", run.stderr);
+    // The parent is only read.
+    let (code, _) = audit(&o.parent, &[]);
+    assert_eq!(code, 0);
+}
