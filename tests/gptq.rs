@@ -264,6 +264,27 @@ fn the_reference_loader_accepts_the_overlay_with_the_documented_reading() {
                 m["provenance"]["copied"].as_array_mut().unwrap().pop();
             })
         }),
+        ("both lists", |o: &Overlay| {
+            let sha = o.range_sha(V_PROJ);
+            o.edit(|m| {
+                m["provenance"]["copied"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": V_PROJ, "range_sha256": sha}))
+            })
+        }),
+        ("overlay tensor not q4", |o: &Overlay| {
+            let gate = common::gptq::GATE;
+            o.edit(|m| {
+                let p = &mut m["provenance"];
+                p["copied"]
+                    .as_array_mut()
+                    .unwrap()
+                    .retain(|e| e["name"] != gate);
+                p["overlay"].as_array_mut().unwrap().push(json!(gate));
+            });
+            o.reidentify();
+        }),
     ] {
         let o = Overlay::new(false);
         edit(&o);
@@ -312,6 +333,14 @@ fn a_v2_bundle_relabelled_as_an_overlay_is_refused_for_q3_full8() {
     assert_eq!(code, 1, "{r:#}");
     assert_eq!(error_checks(&r), vec!["record.full8_requires_v2"], "{r:#}");
     assert_eq!(r["provenance"]["calibration_provenance_verified"], true);
+    // The reference loader, past the Python reading's checks, refuses it
+    // for the same reason.
+    let Some(v) = seed_load(&b.dir) else { return };
+    assert_eq!(v["verdict"], "invalid", "{v:#}");
+    assert!(
+        v["error"].as_str().unwrap().contains("full8 requires v2"),
+        "{v:#}"
+    );
 }
 
 #[test]
@@ -354,4 +383,65 @@ fn an_endless_provenance_list_is_bounded() {
             .any(|f| f["message"].as_str().unwrap().contains("5000 entries")),
         "{r:#}"
     );
+}
+
+#[test]
+fn the_identity_of_unusual_names_matches_python() {
+    // Non-ASCII (written as UTF-8, not escaped), a control character, a
+    // quote, and an order where byte order and a naive sort could differ.
+    let pairs: Vec<(String, String)> = [
+        ("zeta.é.weight", "1"),
+        ("alpha\u{1}\"q\".weight", "2"),
+        ("Ω.bias", "3"),
+        ("alpha.weight", "4"),
+    ]
+    .iter()
+    .map(|(n, h)| (n.to_string(), h.repeat(64)))
+    .collect();
+    let parent = "f".repeat(64);
+    let input = json!({"parent": parent, "pairs": pairs}).to_string();
+    let code = "import json,sys,hashlib; d=json.loads(sys.argv[1]); \
+        print(hashlib.sha256(json.dumps({'parent': d['parent'], 'overlay': sorted(({'name': n, 'range_sha256': h} for n, h in d['pairs']), key=lambda e: e['name'])}, sort_keys=True, separators=(',',':'), ensure_ascii=False).encode('utf-8')).hexdigest())";
+    let Some(out) = run_python(&["-c", code, &input]) else {
+        assert!(!require_or_skip("python", false));
+        return;
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let py = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert_eq!(
+        bundlescope::format::gptq::overlay_identity(&parent, &pairs),
+        py
+    );
+    assert_eq!(identity(&parent, &pairs), py);
+}
+
+#[test]
+fn the_overlay_writer_refuses_what_the_format_cannot_hold() {
+    let o = Overlay::new(false);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("x");
+    // No parent.
+    let run = cli(&["sample", out.to_str().unwrap(), "--format", "gptq-q4"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("--parent"), "{}", run.stderr);
+    // A q3_full8 tensor left to be copied.
+    let run = cli(&[
+        "sample",
+        out.to_str().unwrap(),
+        "--format",
+        "gptq-q4",
+        "--parent",
+        o.parent.to_str().unwrap(),
+        "--overlay",
+        V_PROJ,
+    ]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("q3_full8"), "{}", run.stderr);
+    // The parent is only read.
+    let (code, _) = audit(&o.parent, &[]);
+    assert_eq!(code, 0);
 }

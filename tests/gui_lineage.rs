@@ -33,6 +33,10 @@ fn an_overlay_beside_its_parent_shows_a_verified_chain() {
     let mut g = gui();
     g.open(&o.dir);
     assert_eq!(g.verdict(), "Valid");
+    // The Summary tab says how the format is read.
+    assert!(
+        g.shows("bundlescope's documented reading of the calibrated GPTQ-Q4 format (see Lineage)")
+    );
     open_lineage(&mut g);
     for label in [
         "source revision: verified",
@@ -162,4 +166,22 @@ fn replacing_the_compared_bundle_redraws_the_chain() {
     g.app().lineage_mut().set_compared(None);
     g.harness.run_steps(2);
     assert!(g.shows("no bundle compared"));
+}
+
+#[test]
+fn the_demo_overlay_opens_beside_its_parent() {
+    let mut g = gui();
+    g.harness.get_by_label("Open demo GPTQ-Q4 overlay").click();
+    g.harness.step();
+    g.finish();
+    assert_eq!(g.verdict(), "Valid");
+    let s = g.state().session().unwrap();
+    assert_eq!(
+        s.model.bundle.as_ref().unwrap().format.name(),
+        "audio8-gptq-q4-calibrated-v1"
+    );
+    open_lineage(&mut g);
+    // The demo bundle, written beside it, is found as its parent.
+    assert!(has(&g, "parent bundle: verified"));
+    assert!(has(&g, "this bundle: verified"));
 }

@@ -120,7 +120,7 @@ pub(super) fn check(
     let parent_check = if cancel.is_cancelled() {
         ParentCheck::default()
     } else {
-        parent_checks(bundle, declared, hashes, parent, emit)
+        parent_checks(bundle, declared, hashes, parent, cancel, emit)
     };
     emit(Event::Provenance(Box::new(ProvenanceReport {
         reading: gptq::READING.to_string(),
@@ -183,6 +183,7 @@ fn parent_checks(
     declared: &Declared,
     hashes: &[Option<String>],
     given: Option<&Path>,
+    cancel: &CancelToken,
     emit: Sink,
 ) -> ParentCheck {
     let mut pc = ParentCheck::default();
@@ -248,6 +249,11 @@ fn parent_checks(
             (0..parent.tensors.len())
                 .into_par_iter()
                 .map(|i| {
+                    // A cancelled audit stops hashing the parent; its
+                    // outcome is discarded.
+                    if cancel.is_cancelled() {
+                        return None;
+                    }
                     let r = parent.resolve_alias(i).ok()?;
                     payload
                         .tensor_bytes(r)

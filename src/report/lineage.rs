@@ -575,3 +575,69 @@ impl Link {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::finding::Finding;
+
+    fn inputs<'a>(p: &'a Provenance, files: &'a [FileRow], findings: &'a [Finding]) -> Inputs<'a> {
+        Inputs {
+            path: "/b",
+            format: "audio8-mixed-bundle-v2",
+            provenance: p,
+            files,
+            findings,
+            finished: true,
+        }
+    }
+
+    #[test]
+    fn worst_mark_wins() {
+        use Mark::*;
+        assert_eq!(Mark::worst([Verified, Verified]), Verified);
+        assert_eq!(Mark::worst([Verified, Unknown]), Unknown);
+        assert_eq!(Mark::worst([Unknown, Mismatch, Verified]), Mismatch);
+        assert_eq!(Mark::worst([]), Verified);
+    }
+
+    #[test]
+    fn a_plain_bundle_chains_source_bundle_compared() {
+        let p = Provenance {
+            source_revision: Some("rev".into()),
+            manifest_sha256: "m".into(),
+            ..Provenance::default()
+        };
+        let files = [FileRow {
+            file: "weights.bin".into(),
+            bytes: Some(1),
+            sha256: Some("s".into()),
+            expected_sha256: Some("s".into()),
+            ok: Some(true),
+        }];
+        let c = Chain::build(&inputs(&p, &files, &[]), None);
+        let kinds: Vec<_> = c.nodes.iter().map(|n| n.kind).collect();
+        assert_eq!(
+            kinds,
+            [NodeKind::Source, NodeKind::Bundle, NodeKind::Compared]
+        );
+        assert_eq!(c.links.len(), c.nodes.len() - 1);
+        assert_eq!(c.nodes[1].mark, Mark::Verified);
+        assert_eq!(c.nodes[2].subtitle, "no bundle compared");
+        assert!(c.reading.is_none());
+        // A payload mismatch marks the bundle, and the text says so.
+        let bad = [FileRow {
+            ok: Some(false),
+            ..files[0].clone()
+        }];
+        let err = [Finding::error(c::PAYLOAD_SHA256, "payload hash differs")];
+        let c = Chain::build(&inputs(&p, &bad, &err), None);
+        assert_eq!(c.nodes[1].mark, Mark::Mismatch);
+        let text = c.to_text();
+        assert!(
+            text.contains("[✖] this bundle: /b (audio8-mixed-bundle-v2)  (mismatch)"),
+            "{text}"
+        );
+        assert!(text.contains("weights.bin SHA-256"), "{text}");
+    }
+}
