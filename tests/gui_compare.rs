@@ -345,3 +345,31 @@ fn arrows_move_the_diff_selection_not_the_tensor_tables() {
     assert_eq!(shown(&g)[1].1, Status::Changed);
     assert!(g.shows("Codes: A vs B"));
 }
+
+#[test]
+fn the_comparison_becomes_the_lineage_tabs_last_node() {
+    let p = pair();
+    let mut g = gui();
+    g.open(&p.a.dir);
+    assert!(g.state().lineage().compared().is_none());
+    g.send(Command::Compare(p.b.dir.clone()));
+    g.harness.run_steps(2);
+    wait_compare(&mut g);
+    let c = g.state().lineage().compared().expect("the compared node");
+    assert_eq!(Path::new(&c.path), p.b.dir.as_path());
+    assert_eq!(c.changed, 2, "the two re-coded tensors");
+    assert_eq!(c.only_a + c.only_b, 0);
+    // The node's manifest hash is B's manifest, hashed here.
+    let manifest = std::fs::read(p.b.dir.join("manifest.json")).unwrap();
+    assert_eq!(
+        c.manifest_sha256.as_deref(),
+        Some(bundlescope::format::sha256_hex(&manifest).as_str())
+    );
+    g.send(Command::ShowTab(CentralTab::Lineage));
+    g.harness.run_steps(3);
+    assert!(!g.shows("no bundle compared"), "the last box is B now");
+    // Forgetting the comparison empties the node again.
+    g.send(Command::CloseCompare);
+    g.harness.run_steps(3);
+    assert!(g.state().lineage().compared().is_none());
+}

@@ -103,6 +103,8 @@ pub struct App {
     lineage: LineageView,
     /// Compare with…: bundle B, the diff and its table.
     compare: CompareView,
+    /// What the comparison last told the Lineage tab.
+    lineage_from_compare: Option<crate::report::lineage::Compared>,
     dialog: Option<Dialog>,
     ctx: Option<egui::Context>,
     /// The `?` list or About, when shown.
@@ -137,6 +139,7 @@ impl App {
             spot: SpotView::default(),
             lineage: LineageView::default(),
             compare: CompareView::default(),
+            lineage_from_compare: None,
             dialog: None,
             ctx: None,
             overlay: None,

@@ -218,8 +218,11 @@ impl App {
                 only_a: c.summary.only_a,
                 only_b: c.summary.only_b,
             });
-        if self.lineage.compared() != want.as_ref() {
-            self.lineage.set_compared(want);
+        // Only a change of the comparison moves the node (a test or another
+        // caller may set it through `lineage_mut` in between).
+        if self.lineage_from_compare != want {
+            self.lineage.set_compared(want.clone());
+            self.lineage_from_compare = want;
         }
     }
 
