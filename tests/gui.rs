@@ -465,3 +465,84 @@ fn save_report_refuses_the_bundle_folder_however_it_was_opened() {
     assert!(g.app().wait_for_writes(Duration::from_secs(30)));
     assert!(beside.exists());
 }
+
+#[test]
+fn detail_panel_shows_range_hashes_hashed_after_the_audit() {
+    use sha2::{Digest, Sha256};
+    let b = TestBundle::v2();
+    let mut g = gui();
+    g.open(&b.dir);
+    let bundle = g
+        .state()
+        .session()
+        .and_then(|s| s.model.bundle.clone())
+        .unwrap();
+    let payload = std::fs::read(&bundle.files[0].path).unwrap();
+    // Each tensor's hash, computed here from the payload bytes.
+    let expected: Vec<Option<String>> = bundle
+        .tensors
+        .iter()
+        .map(|t| {
+            t.range().filter(|_| t.alias_of.is_none()).map(|(s, e)| {
+                let d = Sha256::digest(&payload[s as usize..e as usize]);
+                d.iter().map(|x| format!("{x:02x}")).collect()
+            })
+        })
+        .collect();
+    // The background job fills them after the audit.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        g.harness.run_steps(1);
+        let have = &g.state().session().unwrap().model.range_hashes;
+        if expected
+            .iter()
+            .zip(have)
+            .all(|(e, h)| e.is_none() || h.is_some())
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "range hashes did not arrive"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let have = g.state().session().unwrap().model.range_hashes.clone();
+    for (i, e) in expected.iter().enumerate() {
+        if e.is_some() {
+            assert_eq!(&have[i], e, "range hash of {}", bundle.tensors[i].name);
+        }
+    }
+    // The detail panel shows the selected tensor's hash…
+    let packed = bundle
+        .tensors
+        .iter()
+        .position(|t| t.alias_of.is_none() && t.precision.packed().is_some())
+        .unwrap();
+    g.select(&bundle.tensors[packed].name.clone());
+    let h = expected[packed].clone().unwrap();
+    assert!(g.shows(&h), "the detail panel shows {h}");
+    // …and an alias its target's.
+    let alias = bundle
+        .tensors
+        .iter()
+        .position(|t| t.alias_of.is_some())
+        .unwrap();
+    let target = bundle.resolve_alias(alias).unwrap();
+    g.select(&bundle.tensors[alias].name.clone());
+    assert!(g.shows("range SHA-256 (its target's)"));
+    assert!(g.shows(expected[target].as_deref().unwrap()));
+    // The saved report carries them as tensors[].sha256.
+    let out = tempfile::tempdir().unwrap();
+    let path = out.path().join("report.json");
+    g.send(Command::SaveReport(path.clone()));
+    g.harness.step();
+    assert!(g.app().wait_for_writes(Duration::from_secs(30)));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let row = &report["tensors"][packed];
+    assert_eq!(row["sha256"].as_str(), expected[packed].as_deref());
+    assert_eq!(
+        report["tensors"][alias]["sha256"].as_str(),
+        expected[target].as_deref()
+    );
+}

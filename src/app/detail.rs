@@ -13,6 +13,7 @@ pub(super) fn detail_ui(
     selected: Option<usize>,
     spot: &mut SpotView,
     nvfp4: &mut Nvfp4View,
+    hashing: bool,
     tx: &mut Commands,
 ) {
     let Some(b) = &s.model.bundle else { return };
@@ -42,6 +43,7 @@ pub(super) fn detail_ui(
             human_bytes(end - start)
         ));
     }
+    range_hash_ui(ui, s, b, i, hashing);
     ui.add_space(6.0);
     let findings: Vec<_> = s.findings_of(&t.name).collect();
     ui.label(RichText::new(format!("Findings ({})", findings.len())).strong());
@@ -101,4 +103,38 @@ pub(super) fn detail_ui(
                 }
             }
         });
+}
+
+/// The tensor's range hash (an alias shows its target's), once the
+/// background job after the audit has it.
+fn range_hash_ui(
+    ui: &mut egui::Ui,
+    s: &Session,
+    b: &crate::format::Bundle,
+    i: usize,
+    hashing: bool,
+) {
+    let Ok(target) = b.resolve_alias(i) else {
+        return;
+    };
+    if b.tensors[target].range().is_none() {
+        return;
+    }
+    let hash = s.model.range_hashes.get(target).cloned().flatten();
+    let of = if target == i { "" } else { " (its target's)" };
+    ui.horizontal(|ui| {
+        ui.label(RichText::new(format!("range SHA-256{of}")).weak());
+        match hash {
+            Some(h) => {
+                ui.add(egui::Label::new(RichText::new(&h).monospace().small()).truncate())
+                    .on_hover_text(&h);
+            }
+            None if hashing || s.running() => {
+                ui.label(RichText::new("hashing…").weak());
+            }
+            None => {
+                ui.label(RichText::new("not hashed").weak());
+            }
+        }
+    });
 }

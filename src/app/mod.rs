@@ -17,6 +17,7 @@ mod nvfp4;
 mod opening;
 mod provenance;
 mod quality;
+mod range_hashes;
 mod session;
 pub mod shortcuts;
 mod spotcheck;
@@ -105,6 +106,8 @@ pub struct App {
     compare: CompareView,
     /// What the comparison last told the Lineage tab.
     lineage_from_compare: Option<crate::report::lineage::Compared>,
+    /// Each tensor's range hash, hashed after the audit.
+    range_hashes: range_hashes::RangeHashes,
     dialog: Option<Dialog>,
     ctx: Option<egui::Context>,
     /// The `?` list or About, when shown.
@@ -140,6 +143,7 @@ impl App {
             lineage: LineageView::default(),
             compare: CompareView::default(),
             lineage_from_compare: None,
+            range_hashes: range_hashes::RangeHashes::default(),
             dialog: None,
             ctx: None,
             overlay: None,
@@ -417,6 +421,7 @@ impl App {
                                 self.selected,
                                 &mut self.spot,
                                 &mut self.nvfp4,
+                                self.range_hashes.running(),
                                 &mut self.commands,
                             ),
                             SideTab::Summary => {

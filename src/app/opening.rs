@@ -126,6 +126,7 @@ impl App {
         }
         let parent = self.lineage.parent.clone();
         self.opening.stop();
+        self.range_hashes.stop();
         self.selected = None;
         self.notice = None;
         self.side = SideTab::Summary;
@@ -151,6 +152,7 @@ impl App {
     /// Closes the open bundle: its jobs stop and the welcome screen shows.
     pub fn close(&mut self) {
         self.opening.stop();
+        self.range_hashes.stop();
         self.session = None;
         self.selected = None;
         self.notice = None;
@@ -190,6 +192,11 @@ impl App {
             self.set_notice(m, e);
         }
         self.sync_lineage_compared();
+        if let Some(s) = &mut self.session {
+            for e in self.range_hashes.poll(s.id) {
+                s.apply(&e);
+            }
+        }
         if self
             .session
             .as_ref()
@@ -268,6 +275,12 @@ impl App {
         self.opening.audit = None;
         if let Some(p) = session.cached_passed {
             session.model.passed = p;
+        }
+        if matches!(session.model.outcome, Some(Ok(_)))
+            && let Some(b) = session.model.bundle.clone()
+        {
+            self.range_hashes
+                .start(session.id, b, &session.model.range_hashes, self.ctx.clone());
         }
         match &session.model.outcome {
             Some(Ok(_)) if session.cached.is_some() => self.start_reverify(),
