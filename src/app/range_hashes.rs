@@ -14,10 +14,13 @@ use crate::format::{Bundle, Payload};
 /// Hashed tensors sent to the window at once.
 const BATCH: usize = 64;
 
+/// A batch of hashed tensors: index and hex SHA-256.
+type Hashed = Vec<(usize, String)>;
+
 /// The running job, and the session it hashes for.
 #[derive(Default)]
 pub(super) struct RangeHashes {
-    running: Option<(u64, Job<Vec<(usize, String)>>)>,
+    running: Option<(u64, Job<Hashed>)>,
 }
 
 impl RangeHashes {
