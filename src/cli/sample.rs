@@ -11,7 +11,8 @@ use bundlescope::sample::{self, SampleFormat, SampleOptions};
 pub struct Args {
     /// Folder to create (must be new or empty).
     pub dir: PathBuf,
-    /// audio8-v2 (default), audio8-v1 or nvfp4 (an mlx-nvfp4 MoE artifact).
+    /// audio8-v2 (default), audio8-v1, nvfp4 (an mlx-nvfp4 MoE artifact) or
+    /// gguf (DIR/model.gguf, one tensor of each decoded ggml type).
     #[arg(long, default_value = "audio8-v2")]
     pub format: String,
     /// Seed of every random choice.
@@ -35,6 +36,13 @@ pub struct Args {
 pub fn run(a: Args) -> Result<i32> {
     if a.reference.is_some() && a.format.contains("nvfp4") {
         anyhow::bail!("--reference writes the source of audio8 samples only");
+    }
+    if a.format == "gguf" {
+        std::fs::create_dir_all(&a.dir)?;
+        let path = a.dir.join("model.gguf");
+        let bytes = sample::gguf::write_sized(&path, a.seed, a.size_mib)?;
+        println!("wrote {} ({})", path.display(), human_bytes(bytes));
+        return Ok(super::EXIT_OK);
     }
     if a.format == "nvfp4" || a.format == "mlx-nvfp4" {
         let big = a.size_mib.is_some();
