@@ -20,6 +20,21 @@ pub struct Args {
     /// report), in the same read, on one more core.
     #[arg(long)]
     pub range_hashes: bool,
+    /// Expected SHA-256 of a payload file, `FILE=HEX` (repeatable): for a
+    /// GGUF file, which carries no checksum of its own.
+    #[arg(long, value_name = "FILE=HEX", value_parser = parse_expect)]
+    pub expect: Vec<(String, String)>,
+}
+
+/// `FILE=HEX` with 64 hex digits.
+fn parse_expect(s: &str) -> std::result::Result<(String, String), String> {
+    let (file, hex) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?} is not FILE=HEX"))?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{hex:?} is not 64 hex digits"));
+    }
+    Ok((file.to_string(), hex.to_ascii_lowercase()))
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -27,6 +42,7 @@ pub fn run(a: Args) -> Result<i32> {
         a.dir.clone(),
         audit::Options {
             range_hashes: a.range_hashes,
+            expect: a.expect.clone(),
             ..audit::Options::default()
         },
         None,
