@@ -13,6 +13,17 @@ pub fn stats_ui(ui: &mut egui::Ui, id: &str, stats: &TensorStats) {
     if let Some(c) = &stats.codes {
         codes_ui(ui, id, c);
     }
+    if let Some(g) = &stats.gguf {
+        // GGUF K-quants' sub-block scales and mins, FP4 types' scale bytes.
+        for (what, h) in [
+            ("Sub-block scales", &g.sub_scales),
+            ("Sub-block mins", &g.sub_mins),
+        ] {
+            if let Some(h) = h {
+                code_chart_ui(ui, &format!("{id}-{what}"), what, h);
+            }
+        }
+    }
     if let Some(s) = &stats.scales {
         scales_ui(ui, id, s);
     }
@@ -61,8 +72,12 @@ pub fn stats_ui(ui: &mut egui::Ui, id: &str, stats: &TensorStats) {
 }
 
 fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts) {
+    code_chart_ui(ui, &format!("{id}-codes"), "Codes", c);
+}
+
+fn code_chart_ui(ui: &mut egui::Ui, plot_id: &str, title: &str, c: &CodeCounts) {
     let total = c.total().max(1) as f64;
-    ui.label(RichText::new("Codes").strong())
+    ui.label(RichText::new(title).strong())
         .on_hover_text("One bar per stored code; the axis shows its level (code − zero point)");
     let warn = ui.visuals().warn_fg_color;
     let bars: Vec<Bar> = c
@@ -91,7 +106,7 @@ fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts) {
         )
     }));
     let zero = c.zero;
-    Plot::new(format!("{id}-codes"))
+    Plot::new(plot_id)
         .height(150.0)
         .allow_zoom(false)
         .allow_drag(false)

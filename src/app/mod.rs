@@ -7,6 +7,7 @@
 mod cache;
 mod commands;
 mod detail;
+mod gguf_meta;
 mod histograms;
 pub mod jobs;
 mod nvfp4;
@@ -269,7 +270,7 @@ impl App {
             painter.text(
                 rect.center(),
                 egui::Align2::CENTER_CENTER,
-                "Drop a bundle folder (or its manifest.json) to open it",
+                "Drop a bundle folder (or its manifest.json), or a .gguf file, to open it",
                 egui::FontId::proportional(22.0),
                 Color32::WHITE,
             );

@@ -124,7 +124,7 @@ pub(super) fn welcome_ui(
         ui.add_space(12.0);
         ui.label(
             RichText::new(
-                "…or drop a bundle folder (or its manifest.json) anywhere on this window.",
+                "…or drop a bundle folder (or its manifest.json), or a .gguf file, anywhere on this window.",
             )
             .weak(),
         );

@@ -358,7 +358,7 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), Ggu
     }
     let (bs, ts) = (ty.block_size() as usize, ty.type_size() as usize);
     let need = out.len().div_ceil(bs) * ts;
-    if out.len() % bs != 0 || bytes.len() < need {
+    if !out.len().is_multiple_of(bs) || bytes.len() < need {
         return Err(GgufDecodeError::Short {
             ty: ty.name(),
             values: out.len(),

@@ -239,7 +239,7 @@ fn tensor_infos(
             }
             (Some(ty), Some(count)) => {
                 let ne0 = t.ne[0];
-                if ne0 % ty.block_size() != 0 {
+                if !ne0.is_multiple_of(ty.block_size()) {
                     findings.push(err(
                         c::GGUF_DIMS,
                         format!(
@@ -265,7 +265,7 @@ fn tensor_infos(
             (None, Some(_)) => None,
         };
         let abs = h.data_start.checked_add(t.offset);
-        if t.offset % h.alignment != 0 {
+        if !t.offset.is_multiple_of(h.alignment) {
             findings.push(err(
                 c::GGUF_OFFSET_ALIGNED,
                 format!(
