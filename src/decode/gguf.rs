@@ -249,6 +249,48 @@ pub fn ue4m3_half(x: u8) -> f32 {
     raw * 0.5
 }
 
+/// Where a type's codes are whole bytes, nibbles or 2-bit fields of a
+/// contiguous run in each block, with no other bits joined to them:
+/// `(offset, length)` of that run. Their counts then follow from a byte
+/// histogram ([`expand_byte_counts`]), the audit's fast path.
+pub fn byte_codes(ty: GgmlType) -> Option<(usize, usize)> {
+    use GgmlType as T;
+    Some(match ty {
+        T::Q4_0 => (2, 16),
+        T::Q4_1 => (4, 16),
+        T::MXFP4 => (1, 16),
+        T::NVFP4 => (4, 32),
+        T::Q4_K => (16, 128),
+        T::Q8_0 => (2, 32),
+        T::Q8_K => (4, 256),
+        T::Q2_K => (16, 64),
+        _ => return None,
+    })
+}
+
+/// Adds the code counts implied by `table` (counts of each byte value of
+/// the [`byte_codes`] run) to `codes`.
+pub fn expand_byte_counts(ty: GgmlType, table: &[u64; 256], codes: &mut [u64; 256]) {
+    use GgmlType as T;
+    for (b, &n) in table.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        match ty {
+            T::Q8_0 | T::Q8_K => codes[b ^ 0x80] += n,
+            T::Q2_K => {
+                for s in 0..4 {
+                    codes[(b >> (2 * s)) & 3] += n;
+                }
+            }
+            _ => {
+                codes[b & 0xf] += n;
+                codes[b >> 4] += n;
+            }
+        }
+    }
+}
+
 /// Dequantises one block of a decoded type into `out` (`block_size` values).
 pub fn dequantize_block(ty: GgmlType, block: &[u8], out: &mut [f32]) {
     use GgmlType as T;
@@ -396,6 +438,36 @@ mod tests {
         assert_eq!(ue4m3_half(0x38), 0.5); // 1.0 in E4M3, halved
         assert_eq!(ue4m3_half(0x7f), 0.0);
         assert_eq!(ue4m3_half(0x01), 2f32.powi(-10));
+    }
+
+    #[test]
+    fn the_byte_path_counts_what_block_codes_unpacks() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for &ty in GgmlType::ALL {
+            let Some((off, len)) = byte_codes(ty) else {
+                continue;
+            };
+            let mut block = vec![0u8; ty.type_size() as usize];
+            for b in &mut block {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            let mut q = [0u8; MAX_BLOCK];
+            block_codes(ty, &block, &mut q);
+            let mut want = [0u64; 256];
+            for &c in &q[..ty.block_size() as usize] {
+                want[usize::from(c)] += 1;
+            }
+            let mut table = [0u64; 256];
+            for &b in &block[off..off + len] {
+                table[usize::from(b)] += 1;
+            }
+            let mut got = [0u64; 256];
+            expand_byte_counts(ty, &table, &mut got);
+            assert_eq!(got, want, "{}", ty.name());
+        }
     }
 
     #[test]

@@ -158,6 +158,24 @@ pub fn random_blocks(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
                 b[..4].copy_from_slice(&d.to_le_bytes());
             }
         }
+        // Scale bytes that dequantize to finite values of a weight's size.
+        GgmlType::MXFP4 => {
+            for b in out.chunks_exact_mut(size) {
+                b[0] = 118 + (rng.next_u64() % 8) as u8;
+            }
+        }
+        GgmlType::NVFP4 => {
+            for b in out.chunks_exact_mut(size) {
+                for s in &mut b[..4] {
+                    *s = 0x28 + (rng.next_u64() % 0x18) as u8;
+                }
+            }
+        }
+        GgmlType::IQ4_XS => {
+            for b in out.chunks_exact_mut(size) {
+                b[..2].copy_from_slice(&small(rng).to_le_bytes());
+            }
+        }
         _ => {
             let fields = f16_scale_fields(ty);
             for b in out.chunks_exact_mut(size) {

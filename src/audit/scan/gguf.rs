@@ -9,7 +9,8 @@ use rayon::prelude::*;
 use super::tally::PARALLEL_MIN_BYTES;
 use crate::decode::f16_to_f32;
 use crate::decode::gguf::{
-    MAX_BLOCK, block_codes, block_sub_scales, code_format, f16_fields, sub_scale_format,
+    MAX_BLOCK, block_codes, block_sub_scales, byte_codes, code_format, expand_byte_counts,
+    f16_fields, sub_scale_format,
 };
 use crate::decode::stats::{self, CodeCounts, GgufStats, Quality, TensorStats};
 use crate::finding::Finding;
@@ -81,18 +82,48 @@ impl Acc {
 
     /// Tallies whole blocks; `first` is the index of the first.
     fn blocks(&mut self, ty: GgmlType, first: u64, data: &[u8], type_size: usize) {
+        // Bounded so the u32 tables below cannot overflow.
+        let per_call = (1usize << 20) * type_size;
+        for (i, part) in data.chunks(per_call).enumerate() {
+            self.blocks_bounded(ty, first + (i << 20) as u64, part, type_size);
+        }
+    }
+
+    fn blocks_bounded(&mut self, ty: GgmlType, first: u64, data: &[u8], type_size: usize) {
         let n = ty.block_size() as usize;
         let zero = code_format(ty).map_or(0, |(_, z)| z);
         let (d_at, m_at) = f16_fields(ty);
+        let fast = byte_codes(ty);
+        // The code bytes of a symmetric type's all-zero block.
+        let zero_byte = match ty {
+            GgmlType::Q4_0 => Some(0x88u8),
+            GgmlType::Q8_0 | GgmlType::Q8_K => Some(0),
+            _ => None,
+        };
+        // Four interleaved tables, so runs of one value do not serialise.
+        let mut t = [[0u32; 256]; 4];
         let mut q = [0u8; MAX_BLOCK];
         let (mut sc, mut mn) = ([0u8; 16], [0u8; 16]);
         for (k, b) in data.chunks_exact(type_size).enumerate() {
-            block_codes(ty, b, &mut q);
-            let mut all_zero = zero != 0;
-            for &c in &q[..n] {
-                self.codes[usize::from(c)] += 1;
-                all_zero &= i32::from(c) == zero;
-            }
+            let all_zero = if let Some((off, len)) = fast {
+                let qs = &b[off..off + len];
+                for w in qs.as_chunks::<4>().0 {
+                    t[0][usize::from(w[0])] += 1;
+                    t[1][usize::from(w[1])] += 1;
+                    t[2][usize::from(w[2])] += 1;
+                    t[3][usize::from(w[3])] += 1;
+                }
+                zero_byte.is_some_and(|z| qs.iter().all(|&x| x == z))
+            } else {
+                block_codes(ty, b, &mut q);
+                for w in q[..n].as_chunks::<4>().0 {
+                    t[0][usize::from(w[0])] += 1;
+                    t[1][usize::from(w[1])] += 1;
+                    t[2][usize::from(w[2])] += 1;
+                    t[3][usize::from(w[3])] += 1;
+                }
+                zero != 0 && q[..n].iter().all(|&c| i32::from(c) == zero)
+            };
             let (ns, nm) = block_sub_scales(ty, b, &mut sc, &mut mn);
             for &s in &sc[..ns] {
                 self.sub[usize::from(s)] += 1;
@@ -133,6 +164,18 @@ impl Acc {
             }
             if all_zero || d_zero {
                 self.zero_blocks += 1;
+            }
+        }
+        let mut table = [0u64; 256];
+        for (v, slot) in table.iter_mut().enumerate() {
+            *slot =
+                u64::from(t[0][v]) + u64::from(t[1][v]) + u64::from(t[2][v]) + u64::from(t[3][v]);
+        }
+        if fast.is_some() {
+            expand_byte_counts(ty, &table, &mut self.codes);
+        } else {
+            for (c, n) in self.codes.iter_mut().zip(table) {
+                *c += n;
             }
         }
     }
@@ -206,14 +249,26 @@ impl GgufScan {
             self.acc.blocks(ty, first, data, ts);
         }
         if let (Some(d_at), false) = (f16_fields(ty).0, self.row_max.is_empty()) {
-            for (k, b) in data.chunks_exact(ts).enumerate() {
+            // Row and place in it kept by counting: a division per block
+            // costs more than the rest of this loop.
+            let mut row = (first / self.blocks_per_row) as usize;
+            let mut in_row = first % self.blocks_per_row;
+            let mut max = 0u16;
+            for b in data.chunks_exact(ts) {
                 let h = u16::from_le_bytes([b[d_at], b[d_at + 1]]) & 0x7fff;
-                let row = ((first + k as u64) / self.blocks_per_row) as usize;
-                if h < 0x7c00
-                    && let Some(m) = self.row_max.get_mut(row)
-                {
-                    *m = (*m).max(h);
+                if h < 0x7c00 {
+                    max = max.max(h);
                 }
+                in_row += 1;
+                if in_row == self.blocks_per_row {
+                    if let Some(m) = self.row_max.get_mut(row) {
+                        *m = (*m).max(max);
+                    }
+                    (row, in_row, max) = (row + 1, 0, 0);
+                }
+            }
+            if let Some(m) = self.row_max.get_mut(row) {
+                *m = (*m).max(max);
             }
         }
         self.block += (data.len() / ts) as u64;
