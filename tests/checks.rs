@@ -702,7 +702,8 @@ fn gguf_cases() -> Vec<GgufCase> {
     ]
 }
 
-/// Variants of the GGUF checks: the dmin of a K-quant, an infinite BF16.
+/// Variants of the GGUF checks: the dmin of a K-quant, an MXFP4 E8M0 NaN,
+/// an infinite BF16.
 fn gguf_variants() -> Vec<GgufCase> {
     use gguf_cases::*;
     vec![
@@ -717,6 +718,16 @@ fn gguf_variants() -> Vec<GgufCase> {
                 patch(f, |b| {
                     b[at..at + 2].copy_from_slice(&0xfc00u16.to_le_bytes())
                 });
+            },
+        },
+        GgufCase {
+            check: "gguf.scale",
+            severity: "error",
+            errors: &[],
+            tensor: Some("blk.1.ffn_gate.weight"),
+            make: |f| {
+                let (data, _, _, _) = at(f, "blk.1.ffn_gate.weight");
+                patch(f, |b| b[data + 7 * 17] = 0xff); // block 7's E8M0 scale: NaN
             },
         },
         GgufCase {

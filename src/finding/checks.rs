@@ -145,7 +145,7 @@ checks! {
     GGUF_OVERLAP = "gguf.overlap": "no two tensors' bytes overlap";
     GGUF_NAME = "gguf.name_unique": "tensor names are unique (across split parts too)";
     GGUF_UNCOVERED = "gguf.uncovered": "every byte of the data section belongs to a tensor or to the alignment padding after one (warning)";
-    GGUF_SCALE = "gguf.scale": "every block's F16 scale d (and m or dmin where the type has one; F32 d for Q8_K) is finite";
+    GGUF_SCALE = "gguf.scale": "every block's F16 scale d (and m or dmin where the type has one; F32 d for Q8_K) is finite, and no MXFP4 E8M0 scale is 0xFF (NaN)";
     GGUF_FINITE = "gguf.finite": "every F32, F16 and BF16 value is finite";
 }
 

@@ -39,8 +39,9 @@ struct Acc {
     m_hist: Vec<u32>,
     zero_blocks: u64,
     bad: u64,
-    /// Block index, field name and bits of the first non-finite scale.
-    first_bad: Option<(u64, &'static str, u32)>,
+    /// Block index, field name, bits and byte offset in the block of the
+    /// first non-finite scale.
+    first_bad: Option<(u64, &'static str, u32, usize)>,
 }
 
 impl Acc {
@@ -145,7 +146,7 @@ impl Acc {
                             ("m", _) => "dmin",
                             _ => "d",
                         };
-                        self.first_bad = Some((first + k as u64, name, u32::from(h)));
+                        self.first_bad = Some((first + k as u64, name, u32::from(h), at));
                     }
                 }
                 if field == "d" {
@@ -158,8 +159,15 @@ impl Acc {
                 if !d.is_finite() {
                     self.bad += 1;
                     if self.first_bad.is_none() {
-                        self.first_bad = Some((first + k as u64, "d", d.to_bits()));
+                        self.first_bad = Some((first + k as u64, "d", d.to_bits(), 0));
                     }
+                }
+            }
+            // E8M0 0xFF is NaN in the OCP MX format; ggml would scale by 2^127.
+            if ty == GgmlType::MXFP4 && b[0] == 0xff {
+                self.bad += 1;
+                if self.first_bad.is_none() {
+                    self.first_bad = Some((first + k as u64, "e", 0xff, 0));
                 }
             }
             if all_zero || d_zero {
@@ -278,17 +286,12 @@ impl GgufScan {
     pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
         let ty = self.ty;
         let acc = self.acc;
-        if let Some((block, field, bits)) = acc.first_bad {
-            let (d_at, m_at) = f16_fields(ty);
-            let at = match field {
-                "d" => d_at.unwrap_or(0),
-                _ => m_at.unwrap_or(0),
-            } as u64;
-            let offset = self.start + block * self.type_size as u64 + at;
-            let shown = if ty == GgmlType::Q8_K {
-                f32::from_bits(bits).to_string()
-            } else {
-                f16_to_f32(bits as u16).to_string()
+        if let Some((block, field, bits, at)) = acc.first_bad {
+            let offset = self.start + block * self.type_size as u64 + at as u64;
+            let shown = match ty {
+                GgmlType::Q8_K => f32::from_bits(bits).to_string(),
+                GgmlType::MXFP4 => "E8M0 0xFF (NaN)".to_string(),
+                _ => f16_to_f32(bits as u16).to_string(),
             };
             findings.push(
                 Finding::error(
