@@ -268,3 +268,58 @@ fn split_parts_open_as_one_model() {
     let run = audit_json(&dir.join("m-00001-of-00002.gguf"));
     assert_eq!(error_checks(&run.json()), ["payload.file"]);
 }
+
+/// Random corruptions of the header and the data never panic, hang or
+/// pass silently as the same file: every mutated copy opens or is refused,
+/// and an opened one audits to a verdict.
+#[test]
+fn mutated_files_never_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("model.gguf");
+    let mut rng = bundlescope::sample::Rng::new(99);
+    let mut t = sg::Tensor {
+        name: "w".into(),
+        ty: GgmlType::Q4_K,
+        ne: vec![256, 2],
+        data: Vec::new(),
+    };
+    t.data = sg::random_blocks(GgmlType::Q4_K, 2, &mut rng);
+    let good = sg::encode(&sg::sample_kvs(20), &[t], 32);
+    let header_end = good.len() - 2 * 144;
+    for round in 0..300 {
+        let mut bytes = good.clone();
+        let flips = 1 + rng.next_u64() % 4;
+        for _ in 0..flips {
+            // Mostly the header, where the lengths and counts are.
+            let at = if round % 4 == 0 {
+                (rng.next_u64() as usize) % bytes.len()
+            } else {
+                (rng.next_u64() as usize) % header_end
+            };
+            bytes[at] = match rng.next_u64() % 3 {
+                0 => 0xff,
+                1 => 0,
+                _ => rng.next_u64() as u8,
+            };
+        }
+        if round % 7 == 0 {
+            let cut = (rng.next_u64() as usize) % bytes.len();
+            bytes.truncate(cut);
+        }
+        std::fs::write(&file, &bytes).unwrap();
+        let events = std::sync::Mutex::new(Vec::new());
+        bundlescope::audit::run(
+            &file,
+            &bundlescope::audit::Options::default(),
+            &bundlescope::audit::CancelToken::default(),
+            &|e| events.lock().unwrap().push(e),
+        );
+        let events = events.into_inner().unwrap();
+        assert!(
+            matches!(events.last(), Some(bundlescope::audit::Event::Finished(_))),
+            "round {round}: the audit did not finish"
+        );
+    }
+}

@@ -68,3 +68,43 @@ fn split_names() {
     assert_eq!(split_name("m-00004-of-00003.gguf"), None);
     assert_eq!(split_name("m.gguf"), None);
 }
+
+#[test]
+fn array_counts_and_unknown_types_are_refused_before_allocating() {
+    let kvs = [("a", Value::Array(0, vec![Value::U8(1)]))];
+    let mut bytes = sg::encode(&kvs, &[], 32);
+    // magic 4, version 4, counts 16, key length 8, "a", type 4, item type 4.
+    bytes[41..49].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    let (h, f) = parse_bytes(&bytes);
+    assert!(!h.complete);
+    assert_eq!(ids(&f), ["gguf.counts"]);
+    assert_eq!(f[0].offset, Some(41));
+    let mut bytes = sg::encode(&kvs, &[], 32);
+    bytes[37..41].copy_from_slice(&13u32.to_le_bytes());
+    let (_, f) = parse_bytes(&bytes);
+    assert_eq!(ids(&f), ["gguf.kv_type"]);
+    // Arrays nested deeper than three levels.
+    let deep = Value::Array(
+        9,
+        vec![Value::Array(
+            9,
+            vec![Value::Array(9, vec![Value::Array(0, vec![])])],
+        )],
+    );
+    let (_, f) = parse_bytes(&sg::encode(&[("d", deep)], &[], 32));
+    assert_eq!(ids(&f), ["gguf.kv_type"]);
+}
+
+#[test]
+fn alignment_must_be_a_u32_power_of_two() {
+    for (v, ok) in [
+        (Value::U32(64), true),
+        (Value::U32(48), false),
+        (Value::U32(0), false),
+        (Value::U64(32), false),
+    ] {
+        let (h, f) = parse_bytes(&sg::encode(&[("general.alignment", v.clone())], &[], 32));
+        assert_eq!(f.is_empty(), ok, "{v:?}: {f:?}");
+        assert_eq!(h.alignment, if ok { 64 } else { 32 });
+    }
+}
