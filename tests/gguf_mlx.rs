@@ -100,3 +100,65 @@ fn spot_checks_pass_on_every_decoded_block_type() {
     }
     assert_eq!(r["skipped"].as_array().unwrap().len(), 0);
 }
+
+/// `--reference` with the Hugging Face checkpoint a GGUF was converted
+/// from (written by tests/gguf/llama_ref.py: the Q/K rows permuted with
+/// numpy as llama.cpp's converter does): names mapped, the permutation
+/// undone, every tensor within its bounds; the same file claiming one head
+/// fails exactly on the Q and K projections.
+#[test]
+fn reference_checkpoint_names_are_mapped_and_the_qk_permutation_undone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("lr");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gguf/llama_ref.py");
+    let run = run_python(&[script.to_str().unwrap(), out.to_str().unwrap()]);
+    let ok = run.as_ref().is_some_and(|o| o.status.success());
+    if !ok && let Some(o) = &run {
+        eprintln!("{}", String::from_utf8_lossy(&o.stderr));
+    }
+    if !require_or_skip("gguf-py in .pydeps", ok) {
+        return;
+    }
+    let hf = out.join("hf");
+    let spot = |gguf: &Path| {
+        cli(&[
+            "spotcheck",
+            gguf.to_str().unwrap(),
+            "--reference",
+            hf.to_str().unwrap(),
+            "--json",
+        ])
+    };
+    let run = spot(&out.join("model.gguf"));
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let r = run.json();
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(results.len(), 16);
+    for x in results {
+        let q = &x["reference"];
+        assert_eq!(q["pass"], true, "{x}");
+        if x["precision"] == "Q8_0" {
+            assert!(q["weight_rel_err"].as_f64().unwrap() < 0.01, "{x}");
+        }
+    }
+    let run = spot(&out.join("wrong_heads/model.gguf"));
+    assert_eq!(run.code, 1);
+    let r = run.json();
+    let mut failed: Vec<&str> = r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["pass"] == false)
+        .map(|x| x["tensor"].as_str().unwrap())
+        .collect();
+    failed.sort();
+    assert_eq!(
+        failed,
+        [
+            "blk.0.attn_k.weight",
+            "blk.0.attn_q.weight",
+            "blk.1.attn_k.weight",
+            "blk.1.attn_q.weight"
+        ]
+    );
+}

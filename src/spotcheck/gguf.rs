@@ -8,7 +8,8 @@
 use std::time::Instant;
 
 use super::{
-    CHECK_MLX, Kind, Options, SpotError, SpotResult, XDtype, random_x, reference, sample_rows,
+    CHECK_MLX, CHECK_REFERENCE, Kind, Options, SpotError, SpotResult, XDtype, random_x, reference,
+    sample_rows,
 };
 use crate::decode::f16_to_f32;
 use crate::decode::gguf::{MAX_BLOCK, block_codes, dequantize};
@@ -16,6 +17,8 @@ use crate::finding::Finding;
 use crate::format::gguf::GgmlType;
 use crate::format::{Bundle, Layout, Payload};
 use crate::mlx::{self, AffineWeights, Floats};
+
+use super::gguf_reference;
 
 /// Does tensor `t` get a GGUF spot check?
 pub(super) fn checkable(layout: Option<Layout>) -> bool {
@@ -159,6 +162,53 @@ pub(super) fn matmul_check(
             .tensor(t.name.clone()),
         );
     }
+    let mut reference = None;
+    if let Some(ckpt) = &opts.reference {
+        let meta = payload.bundle().provenance.gguf.as_deref();
+        let (source, map, mapped) = gguf_reference::source(meta, &t.name);
+        let x64: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        match gguf_reference::rows(ckpt, &source, &map, [rows as u64, cols as u64], &ids) {
+            Ok(src) => {
+                let q = gguf_reference::judge(ty, &w, &src, &x64, opts.batch, cols, &ids);
+                if !q.pass {
+                    findings.push(
+                        Finding::error(
+                            CHECK_REFERENCE,
+                            format!(
+                                "against {source} of the reference checkpoint: output error {:.4} (bound {:.2}), worst group {:.3} at row {} group {} (bound {:.2}), weight error {:.4}, SNR {:.1} dB",
+                                q.output_rel_err,
+                                q.thresholds.output_rel_err,
+                                q.worst_group_rel_err,
+                                q.worst_group[0],
+                                q.worst_group[1],
+                                q.thresholds.group_rel_err,
+                                q.weight_rel_err,
+                                q.snr_db
+                            ),
+                        )
+                        .tensor(t.name.clone()),
+                    );
+                }
+                reference = Some(q);
+            }
+            Err(why) => findings.push(
+                Finding::warning(
+                    CHECK_REFERENCE,
+                    format!(
+                        "the reference checkpoint {}{why}; its quality was not measured{}",
+                        ckpt.path().display(),
+                        if mapped {
+                            ""
+                        } else {
+                            " (this architecture's names are not mapped: compared by identical name)"
+                        }
+                    ),
+                )
+                .tensor(t.name.clone()),
+            ),
+        }
+    }
+    let pass = mlx_pass && reference.as_ref().is_none_or(|q| q.pass);
     Ok(SpotResult {
         tensor: t.name.clone(),
         kind: Kind::Matmul,
@@ -179,8 +229,8 @@ pub(super) fn matmul_check(
         ref_gflops: Some(flops / ref_time_s.max(1e-9) / 1e9),
         tolerance,
         mlx_pass,
-        reference: None,
-        pass: mlx_pass,
+        reference,
+        pass,
         findings,
     })
 }

@@ -24,6 +24,7 @@
 //! The bundle is only read: its payload is mapped read-only.
 
 mod gguf;
+mod gguf_reference;
 pub mod nvfp4;
 mod packed;
 pub mod reference;
