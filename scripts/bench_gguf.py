@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / "target" / "release" / "bundlescope"
+BIN = Path(os.environ.get("BUNDLESCOPE_BIN", ROOT / "target" / "release" / "bundlescope"))
 
 
 def timed(cmd, env=None):

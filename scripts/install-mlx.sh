@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Installs MLX 0.32.4 (C++ library, headers and Python package), numpy and
 # gguf-py 0.19.0 into the project-local, git-ignored .pydeps/ unless they
-# are already
-# there: the build links the library (build.rs), the tests run the Python
+# are already there: the build links the library (build.rs), the tests run the Python
 # side. Linux gets the CPU wheel, macOS the Metal one. The Python that
 # installed them is recorded as .pydeps/python, which the tests use. Where
 # MLX has no wheel (an Intel Mac, macOS < 14) it installs only numpy, says

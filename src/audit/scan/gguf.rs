@@ -238,7 +238,9 @@ impl GgufScan {
         let (ty, ts, first) = (self.ty, self.type_size, self.block);
         let threads = rayon::current_num_threads();
         if threads > 1 && data.len() >= PARALLEL_MIN_BYTES {
-            let piece = (data.len() / (threads * 4)).max(PARALLEL_MIN_BYTES / 4);
+            // One piece a thread: each piece zeroes and merges two 256 KiB
+            // scale histograms, which smaller pieces would pay for again.
+            let piece = data.len().div_ceil(threads).max(PARALLEL_MIN_BYTES / 2);
             let piece = piece.div_ceil(ts) * ts;
             let f16 = !self.acc.d_hist.is_empty();
             let parts: Vec<Acc> = data
@@ -362,6 +364,77 @@ impl GgufScan {
                 mins,
             }),
             ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{Layout, TensorInfo};
+
+    fn tensor(ty: GgmlType, rows: u64) -> (TensorInfo, Vec<u8>) {
+        let cols = 512u64;
+        let blocks = (rows * cols / ty.block_size()) as usize;
+        let mut rng = crate::util::Rng::new(ty.number().into());
+        let mut bytes = crate::sample::gguf::random_blocks(ty, blocks, &mut rng);
+        // A NaN d in a late block, which only one parallel piece sees.
+        if let (Some(d), _) = f16_fields(ty) {
+            let at = (blocks - 3) * ty.type_size() as usize + d;
+            bytes[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+        }
+        let info = TensorInfo {
+            name: "t".into(),
+            precision: crate::format::Precision::Gguf(ty),
+            shape: Some(vec![rows, cols]),
+            source_dtype: None,
+            encoding: None,
+            offset: Some(96),
+            bytes: Some(bytes.len() as u64),
+            resident_bytes: None,
+            alias_of: None,
+            file: 0,
+            layout: Some(Layout::Gguf { ty, rows, cols }),
+            record: serde_json::Value::Null,
+        };
+        (info, bytes)
+    }
+
+    #[test]
+    fn parallel_scans_equal_piecewise_ones_and_a_naive_count() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q8_0,
+        ] {
+            let rows = (3 * PARALLEL_MIN_BYTES as u64) / (512 / ty.block_size() * ty.type_size());
+            let (info, bytes) = tensor(ty, rows);
+            let mut whole = super::super::Scanner::for_tensor(0, &info).unwrap();
+            pool.install(|| whole.feed(&bytes));
+            let whole = whole.finish();
+            let mut pieces = super::super::Scanner::for_tensor(0, &info).unwrap();
+            for p in bytes.chunks(4097) {
+                pieces.feed(p);
+            }
+            let pieces = pieces.finish();
+            assert_eq!(whole.findings, pieces.findings, "{}", ty.name());
+            assert_eq!(whole.stats, pieces.stats, "{}", ty.name());
+            assert_eq!(whole.findings.len(), 1, "{}", ty.name());
+            // Codes counted one block at a time through block_codes.
+            let mut want = vec![0u64; 1 << code_format(ty).unwrap().0];
+            let mut q = [0u8; MAX_BLOCK];
+            for b in bytes.chunks_exact(ty.type_size() as usize) {
+                block_codes(ty, b, &mut q);
+                for &c in &q[..ty.block_size() as usize] {
+                    want[usize::from(c)] += 1;
+                }
+            }
+            assert_eq!(whole.stats.codes.unwrap().counts, want, "{}", ty.name());
         }
     }
 }
