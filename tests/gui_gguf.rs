@@ -61,6 +61,18 @@ fn dropping_a_gguf_shows_its_metadata_tree_and_a_q4_k_histogram() {
         .click();
     g.harness.run_steps(2);
     assert!(g.shows("1000 of 1000 shown"));
+    // The search narrows the list: tok99 and tok990..tok999.
+    // Focus the array's search field, then type.
+    g.harness
+        .get_by_role_and_label(egui::accesskit::Role::TextInput, "find")
+        .click();
+    g.harness.run_steps(2);
+    g.harness
+        .get_by_role_and_label(egui::accesskit::Role::TextInput, "find")
+        .type_text("tok99");
+    g.harness.run_steps(3);
+    assert!(g.shows("11 of 1000 shown"), "the search narrows the list");
+    assert!(g.shows("\"tok99\""), "the first match is listed");
     assert!(g.shows("chat_template: text"), "the chat template as text");
     // A Q4_K tensor: its codes (16 levels) and 6-bit sub-block scales.
     let i = g.select("token_embd.weight");

@@ -15,7 +15,8 @@ const INLINE_ITEMS: usize = 16;
 #[derive(Clone, Default)]
 struct Search {
     filter: String,
-    matches: Option<std::sync::Arc<Vec<usize>>>,
+    /// The matches and the filter they were computed for.
+    matches: Option<(String, std::sync::Arc<Vec<usize>>)>,
 }
 
 /// Draws the metadata tree.
@@ -95,14 +96,22 @@ fn entry_ui(ui: &mut egui::Ui, key: &str, short: &str, value: &Value) {
 fn long_array_ui(ui: &mut egui::Ui, key: &str, items: &[Value]) {
     let id = ui.make_persistent_id(("gguf-search", key));
     let mut search: Search = ui.data_mut(|d| d.get_temp(id).unwrap_or_default());
-    let changed = ui
-        .add(
+    ui.horizontal(|ui| {
+        let label = ui.label("find");
+        ui.add(
             egui::TextEdit::singleline(&mut search.filter)
-                .hint_text("search")
+                .hint_text("part of an item")
                 .desired_width(180.0),
         )
-        .changed();
-    if changed || search.matches.is_none() {
+        .labelled_by(label.id);
+    });
+    // Compared with the filter the matches were made for rather than
+    // trusting `changed()`: an edit can arrive as an accessibility action.
+    if search
+        .matches
+        .as_ref()
+        .is_none_or(|(f, _)| *f != search.filter)
+    {
         let f = search.filter.to_lowercase();
         let m: Vec<usize> = if f.is_empty() {
             (0..items.len()).collect()
@@ -114,9 +123,13 @@ fn long_array_ui(ui: &mut egui::Ui, key: &str, items: &[Value]) {
                 .map(|(i, _)| i)
                 .collect()
         };
-        search.matches = Some(std::sync::Arc::new(m));
+        search.matches = Some((search.filter.clone(), std::sync::Arc::new(m)));
     }
-    let matches = search.matches.clone().unwrap_or_default();
+    let matches = search
+        .matches
+        .as_ref()
+        .map(|(_, m)| m.clone())
+        .unwrap_or_default();
     ui.label(RichText::new(format!("{} of {} shown", matches.len(), items.len())).weak());
     let row = ui.text_style_height(&egui::TextStyle::Monospace);
     egui::ScrollArea::vertical()
