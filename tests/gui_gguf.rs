@@ -86,3 +86,32 @@ fn dropping_a_gguf_shows_its_metadata_tree_and_a_q4_k_histogram() {
     assert!(g.shows("Sub-block scales"));
     assert!(g.shows("Sub-block mins"));
 }
+
+#[test]
+fn two_gguf_files_in_one_folder_do_not_share_a_cached_audit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("models");
+    std::fs::create_dir(&dir).unwrap();
+    let (a, b) = (dir.join("a.gguf"), dir.join("b.gguf"));
+    bundlescope::sample::gguf::write(&a, 1).unwrap();
+    bundlescope::sample::gguf::write(&b, 2).unwrap();
+    // b is broken: a NaN F32 value.
+    let b_bundle = bundlescope::format::open(&b).unwrap();
+    let norm = &b_bundle.tensors[b_bundle.find("output_norm.weight").unwrap()];
+    let at = norm.offset.unwrap() as usize;
+    let mut bytes = std::fs::read(&b).unwrap();
+    bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&b, bytes).unwrap();
+    let mut g = gui();
+    g.open(&a);
+    assert_eq!(g.verdict(), "Valid");
+    g.open(&b);
+    assert!(
+        g.app().session().unwrap().cached.is_none(),
+        "b is not a's cache entry"
+    );
+    assert_eq!(g.verdict(), "Invalid (1 error)");
+    g.open(&a);
+    assert!(g.app().session().unwrap().cached.is_some());
+    assert_eq!(g.verdict(), "Valid");
+}

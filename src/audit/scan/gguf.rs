@@ -330,8 +330,20 @@ impl GgufScan {
         };
         let sub_scales = sub.map(|(b, z, _)| counts(&acc.sub, b, z));
         let sub_mins = sub.filter(|s| s.2).map(|(b, _, _)| counts(&acc.mins, b, 0));
-        let scales = (!acc.d_hist.is_empty()).then(|| stats::summarise_scales(&acc.d_hist));
-        let mins = (f16_fields(ty).1.is_some()).then(|| stats::summarise_scales(&acc.m_hist));
+        // A summary with no valid (non-zero finite) value is all NaN, which
+        // the report's and the cache's JSON cannot carry: left out.
+        let summary =
+            |hist: &[u32]| Some(stats::summarise_scales(hist)).filter(|s| s.count > s.invalid);
+        let scales = if acc.d_hist.is_empty() {
+            None
+        } else {
+            summary(&acc.d_hist)
+        };
+        let mins = if f16_fields(ty).1.is_some() {
+            summary(&acc.m_hist)
+        } else {
+            None
+        };
         let blocks = self.block;
         let outlier_rows = scales.as_ref().map_or(0, |s| {
             let limit = s.median * 8.0;
@@ -346,7 +358,13 @@ impl GgufScan {
             unused_levels: codes.unused_levels(),
             zero_groups: acc.zero_blocks,
             groups: blocks,
-            scale_dynamic_range: scales.as_ref().map_or(f64::NAN, |s| s.max / s.min),
+            // 0 where the type has no F16 d (Q8_K, MXFP4, NVFP4) or none is
+            // valid: a NaN would not survive the JSON of the report and cache.
+            scale_dynamic_range: scales
+                .as_ref()
+                .map(|s| s.max / s.min)
+                .filter(|r| r.is_finite())
+                .unwrap_or(0.0),
             outlier_rows,
             reserved_codes: 0,
             suspicion: 0.0,
