@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs MLX 0.32.4 (C++ library, headers and Python package) and numpy
-# into the project-local, git-ignored .pydeps/ unless they are already
-# there: the build links the library (build.rs), the tests run the Python
+# Installs MLX 0.32.4 (C++ library, headers and Python package), numpy and
+# gguf-py 0.19.0 into the project-local, git-ignored .pydeps/ unless they
+# are already there: the build links the library (build.rs), the tests run the Python
 # side. Linux gets the CPU wheel, macOS the Metal one. The Python that
 # installed them is recorded as .pydeps/python, which the tests use. Where
 # MLX has no wheel (an Intel Mac, macOS < 14) it installs only numpy, says
@@ -21,11 +21,21 @@ else
   wheel=""
   have="import numpy"
 fi
+# gguf-py 0.19.0 (its reader, writer and dequantizers; numpy is its only
+# import-time need) for the GGUF tests, added beside the rest.
+install_gguf() {
+  PYTHONPATH=.pydeps .pydeps/python -c "import gguf" 2>/dev/null && return 0
+  echo "== installing gguf==0.19.0 into .pydeps"
+  .pydeps/python -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    --no-deps --target .pydeps gguf==0.19.0
+}
 if [ -x .pydeps/python ] && PYTHONPATH=.pydeps .pydeps/python -c "$have" 2>/dev/null \
    && { [ "$MLX_OK" = 0 ] || { [ -d .pydeps/mlx/include/mlx ] && ls .pydeps/mlx/lib/libmlx.* >/dev/null 2>&1; }; }; then
+  install_gguf
   exit 0
 fi
 echo "== installing ${wheel:+$wheel and }numpy into .pydeps with $PY"
 rm -rf .pydeps
 "$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target .pydeps $wheel numpy
 ln -s "$("$PY" -c 'import sys; print(sys.executable)')" .pydeps/python
+install_gguf

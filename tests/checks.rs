@@ -521,6 +521,289 @@ fn every_nvfp4_corruption_is_caught() {
     }
 }
 
+/// A corruption of the GGUF sample (`model.gguf` in its own folder) that
+/// must trigger `check` with `severity`, and exactly the error checks
+/// `errors` (the check itself when empty and an error).
+struct GgufCase {
+    check: &'static str,
+    severity: &'static str,
+    errors: &'static [&'static str],
+    tensor: Option<&'static str>,
+    make: fn(&std::path::Path),
+}
+
+mod gguf_cases {
+    use std::path::Path;
+
+    use bundlescope::format::gguf::{GgmlType, Value};
+    use bundlescope::sample::gguf as sg;
+
+    pub fn patch(file: &Path, f: impl FnOnce(&mut Vec<u8>)) {
+        let mut b = std::fs::read(file).unwrap();
+        f(&mut b);
+        std::fs::write(file, b).unwrap();
+    }
+
+    /// `(data offset, type field, offset field, ne[0] field)` of tensor `name`.
+    pub fn at(file: &Path, name: &str) -> (usize, usize, usize, usize) {
+        let b = bundlescope::format::open(file).unwrap();
+        let t = &b.tensors[b.find(name).unwrap()];
+        let info = t.record["info_offset"].as_u64().unwrap() as usize;
+        let ndims = t.shape.as_ref().unwrap().len();
+        let ne0 = info + 8 + name.len() + 4;
+        let ty = ne0 + 8 * ndims;
+        (t.offset.unwrap() as usize, ty, ty + 4, ne0)
+    }
+
+    pub fn set_u64(file: &Path, at: usize, v: u64) {
+        patch(file, |b| b[at..at + 8].copy_from_slice(&v.to_le_bytes()));
+    }
+
+    /// Rewrites the file from tensors and key/values of the test's choice.
+    pub fn rewrite(file: &Path, kvs: &[(&str, Value)], tensors: &[sg::Tensor]) {
+        std::fs::write(file, sg::encode(kvs, tensors, 32)).unwrap();
+    }
+
+    pub fn q8(name: &str, blocks: usize) -> sg::Tensor {
+        // d = 1.0 and codes 1: any 8-byte shift of it still reads finite scales.
+        let mut data = Vec::new();
+        for _ in 0..blocks {
+            data.extend_from_slice(&0x3c00u16.to_le_bytes());
+            data.extend_from_slice(&[1u8; 32]);
+        }
+        sg::Tensor {
+            name: name.into(),
+            ty: GgmlType::Q8_0,
+            ne: vec![32 * blocks as u64],
+            data,
+        }
+    }
+}
+
+fn gguf_cases() -> Vec<GgufCase> {
+    use bundlescope::format::gguf::Value;
+    use gguf_cases::*;
+    fn err(check: &'static str, make: fn(&std::path::Path)) -> GgufCase {
+        GgufCase {
+            check,
+            severity: "error",
+            errors: &[],
+            tensor: None,
+            make,
+        }
+    }
+    vec![
+        err("gguf.magic", |f| patch(f, |b| b[0] = b'X')),
+        err("gguf.version", |f| {
+            patch(f, |b| b[4..8].copy_from_slice(&1u32.to_le_bytes()))
+        }),
+        err("gguf.header", |f| patch(f, |b| b.truncate(12))),
+        err("gguf.counts", |f| set_u64(f, 8, 1 << 40)),
+        err("gguf.string", |f| set_u64(f, 24, 1 << 50)),
+        // The first key is "general.architecture": its type follows at 24 + 8 + 20.
+        err("gguf.kv_type", |f| {
+            patch(f, |b| b[52..56].copy_from_slice(&99u32.to_le_bytes()))
+        }),
+        err("gguf.kv_key", |f| {
+            let mut kvs = bundlescope::sample::gguf::sample_kvs(4);
+            kvs.push(("general.name", Value::Str("twice".into())));
+            rewrite(f, &kvs, &[q8("a", 2)]);
+        }),
+        err("gguf.alignment", |f| {
+            let mut kvs = bundlescope::sample::gguf::sample_kvs(4);
+            for kv in &mut kvs {
+                if kv.0 == "general.alignment" {
+                    kv.1 = Value::U64(32);
+                }
+            }
+            rewrite(f, &kvs, &[q8("a", 2)]);
+        }),
+        GgufCase {
+            tensor: Some("blk.0.attn_q.weight"),
+            ..err("gguf.tensor_type", |f| {
+                let (_, ty, _, _) = at(f, "blk.0.attn_q.weight");
+                patch(f, |b| b[ty..ty + 4].copy_from_slice(&4u32.to_le_bytes()));
+            })
+        },
+        GgufCase {
+            tensor: Some("blk.0.attn_q.weight"),
+            ..err("gguf.dims", |f| {
+                let (_, _, _, ne0) = at(f, "blk.0.attn_q.weight");
+                set_u64(f, ne0, 255);
+            })
+        },
+        GgufCase {
+            tensor: Some("a"),
+            ..err("gguf.offset_aligned", |f| {
+                rewrite(
+                    f,
+                    &bundlescope::sample::gguf::sample_kvs(4),
+                    &[q8("a", 1), q8("b", 1)],
+                );
+                let (_, _, off, _) = at(f, "a");
+                set_u64(f, off, 8);
+            })
+        },
+        GgufCase {
+            tensor: Some("output.weight"),
+            ..err("gguf.offset_range", |f| {
+                let (_, _, off, _) = at(f, "output.weight");
+                set_u64(f, off, 1 << 40);
+            })
+        },
+        GgufCase {
+            // Sorted by start, then end: the longer of the two is named.
+            tensor: Some("blk.1.attn_k.weight"),
+            ..err("gguf.overlap", |f| {
+                // Both Q6_K: output.weight (32 rows) now reads the first
+                // rows of blk.1.attn_k.weight (64 rows).
+                let b = bundlescope::format::open(f).unwrap();
+                let k = &b.tensors[b.find("blk.1.attn_k.weight").unwrap()];
+                let rel = k.offset.unwrap() - b.provenance.gguf.as_ref().unwrap().data_start;
+                let (_, _, off, _) = at(f, "output.weight");
+                set_u64(f, off, rel);
+            })
+        },
+        GgufCase {
+            tensor: Some("a"),
+            ..err("gguf.name_unique", |f| {
+                rewrite(
+                    f,
+                    &bundlescope::sample::gguf::sample_kvs(4),
+                    &[q8("a", 1), q8("a", 1)],
+                )
+            })
+        },
+        GgufCase {
+            severity: "warning",
+            ..err("gguf.uncovered", |f| {
+                patch(f, |b| b.extend_from_slice(&[0; 96]))
+            })
+        },
+        GgufCase {
+            tensor: Some("blk.0.attn_q.weight"),
+            ..err("gguf.scale", |f| {
+                let (data, _, _, _) = at(f, "blk.0.attn_q.weight");
+                let at = data + 3 * 18;
+                patch(f, |b| {
+                    b[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes())
+                });
+            })
+        },
+        GgufCase {
+            tensor: Some("output_norm.weight"),
+            ..err("gguf.finite", |f| {
+                let (data, _, _, _) = at(f, "output_norm.weight");
+                let at = data + 4 * 5;
+                patch(f, |b| {
+                    b[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes())
+                });
+            })
+        },
+    ]
+}
+
+/// Variants of the GGUF checks: the dmin of a K-quant, an MXFP4 E8M0 NaN,
+/// an infinite BF16.
+fn gguf_variants() -> Vec<GgufCase> {
+    use gguf_cases::*;
+    vec![
+        GgufCase {
+            check: "gguf.scale",
+            severity: "error",
+            errors: &[],
+            tensor: Some("token_embd.weight"),
+            make: |f| {
+                let (data, _, _, _) = at(f, "token_embd.weight");
+                let at = data + 5 * 144 + 2; // block 5's dmin
+                patch(f, |b| {
+                    b[at..at + 2].copy_from_slice(&0xfc00u16.to_le_bytes())
+                });
+            },
+        },
+        GgufCase {
+            check: "gguf.scale",
+            severity: "error",
+            errors: &[],
+            tensor: Some("blk.1.ffn_gate.weight"),
+            make: |f| {
+                let (data, _, _, _) = at(f, "blk.1.ffn_gate.weight");
+                patch(f, |b| b[data + 7 * 17] = 0xff); // block 7's E8M0 scale: NaN
+            },
+        },
+        GgufCase {
+            check: "gguf.finite",
+            severity: "error",
+            errors: &[],
+            tensor: Some("blk.1.ffn_down.weight"),
+            make: |f| {
+                let (data, _, _, _) = at(f, "blk.1.ffn_down.weight");
+                patch(f, |b| {
+                    b[data + 100..data + 102].copy_from_slice(&0x7f80u16.to_le_bytes())
+                });
+            },
+        },
+    ]
+}
+
+fn assert_gguf_case(case: &GgufCase) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("model.gguf");
+    bundlescope::sample::gguf::write(&file, 4).unwrap();
+    (case.make)(&file);
+    let run = audit_json(&file);
+    let report = run.json();
+    let mut want: Vec<&str> = case.errors.to_vec();
+    if case.severity == "error" && want.is_empty() {
+        want.push(case.check);
+    }
+    want.sort();
+    assert_eq!(
+        error_checks(&report),
+        want,
+        "{}: {:#}",
+        case.check,
+        report["findings"]
+    );
+    assert_eq!(
+        run.code,
+        if want.is_empty() { 0 } else { 1 },
+        "{}",
+        case.check
+    );
+    let hits = findings_of(&report, case.check);
+    assert!(
+        hits.iter().any(|f| f["severity"] == case.severity),
+        "{}: no {} finding: {:#}",
+        case.check,
+        case.severity,
+        report["findings"]
+    );
+    if let Some(t) = case.tensor {
+        assert!(
+            hits.iter().any(|f| f["tensor"] == t),
+            "{}: no finding names {t}: {hits:#?}",
+            case.check
+        );
+    }
+    for f in &hits {
+        assert!(f["offset"].is_u64(), "{}: no offset: {f}", case.check);
+        assert!(
+            f["message"].as_str().is_some_and(|m| m.len() > 20),
+            "terse message: {f}"
+        );
+    }
+}
+
+#[test]
+fn every_gguf_corruption_is_caught() {
+    for case in gguf_cases().iter().chain(&gguf_variants()) {
+        assert_gguf_case(case);
+    }
+}
+
 /// Every check in the registry has a corruption case that runs in this
 /// file (or a named reason why it is tested elsewhere).
 #[test]
@@ -544,6 +827,7 @@ fn every_registered_check_has_a_case() {
         .map(|c| c.check)
         .chain(nvfp4_cases().iter().map(|c| c.check))
         .chain(gptq_cases().iter().map(|c| c.check))
+        .chain(gguf_cases().iter().map(|c| c.check))
         .chain(elsewhere.iter().map(|(id, _)| *id))
         .collect();
     for c in bundlescope::finding::checks::ALL {

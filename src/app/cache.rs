@@ -63,8 +63,18 @@ impl AuditCache {
     }
 
     fn entry_path(&self, bundle: &Path) -> Option<PathBuf> {
-        let dir = folder_of(bundle)?;
-        let name = format::sha256_hex(dir.to_string_lossy().as_bytes());
+        // A bundle is its folder, but a `.gguf` file is itself: several in
+        // one folder must not share an entry.
+        let canonical = std::fs::canonicalize(bundle).ok()?;
+        let key = if canonical
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+        {
+            canonical
+        } else {
+            folder_of(bundle)?
+        };
+        let name = format::sha256_hex(key.to_string_lossy().as_bytes());
         Some(self.dir.join(format!("{}.json", &name[..32])))
     }
 

@@ -24,6 +24,11 @@ pub(super) fn detail_ui(
     let t = &b.tensors[i];
     ui.add(egui::Label::new(RichText::new(&t.name).monospace().strong()).wrap());
     let (mark, hover) = super::tensors::status_mark(s.status(i));
+    // GGUF: the shape is shown in PyTorch order, ggml's ne order on hover.
+    let hover = match t.record.get("ne") {
+        Some(ne) => format!("{hover}\nshape in PyTorch order; ggml ne = {ne}"),
+        None => hover.to_string(),
+    };
     ui.label(format!(
         "{mark} {} · {} · {} resident",
         t.precision.as_str(),

@@ -15,6 +15,17 @@ pub fn stats_ui(ui: &mut egui::Ui, id: &str, stats: &TensorStats, tx: &mut Comma
     if let Some(c) = &stats.codes {
         codes_ui(ui, id, c, tx);
     }
+    if let Some(g) = &stats.gguf {
+        // GGUF K-quants' sub-block scales and mins, FP4 types' scale bytes.
+        for (what, h) in [
+            ("Sub-block scales", &g.sub_scales),
+            ("Sub-block mins", &g.sub_mins),
+        ] {
+            if let Some(h) = h {
+                code_chart_ui(ui, &format!("{id}-{what}"), what, h, tx);
+            }
+        }
+    }
     if let Some(s) = &stats.scales {
         scales_ui(ui, id, s, tx);
     }
@@ -63,8 +74,14 @@ pub fn stats_ui(ui: &mut egui::Ui, id: &str, stats: &TensorStats, tx: &mut Comma
 }
 
 fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts, tx: &mut Commands) {
+    code_chart_ui(ui, &format!("{id}-codes"), "Codes", c, tx);
+}
+
+/// A code histogram titled `title` (the codes, or a GGUF K-quant's
+/// sub-block scales) with its PNG menu.
+fn code_chart_ui(ui: &mut egui::Ui, plot_id: &str, title: &str, c: &CodeCounts, tx: &mut Commands) {
     let total = c.total().max(1) as f64;
-    ui.label(RichText::new("Codes").strong())
+    ui.label(RichText::new(title).strong())
         .on_hover_text("One bar per stored code; the axis shows its level (code − zero point)");
     let warn = ui.visuals().warn_fg_color;
     let bars = code_bars(c, 0.0, 0.8, BAR, warn);
@@ -76,10 +93,9 @@ fn codes_ui(ui: &mut egui::Ui, id: &str, c: &CodeCounts, tx: &mut Commands) {
             bar.value / total * 100.0
         )
     }));
-    let plot = code_plot(&format!("{id}-codes"), c.zero);
-    exportable(ui, "codes", tx, |ui, _| {
-        plot.show(ui, |p| p.bar_chart(chart))
-    });
+    let plot = code_plot(plot_id, c.zero);
+    let name = title.to_lowercase();
+    exportable(ui, &name, tx, |ui, _| plot.show(ui, |p| p.bar_chart(chart)));
 }
 
 /// The bars of a code histogram: one per stored code at `code + shift`,

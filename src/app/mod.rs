@@ -9,6 +9,7 @@ mod chart_export;
 mod commands;
 pub mod compare;
 mod detail;
+mod gguf_meta;
 mod histograms;
 pub mod jobs;
 mod lineage;
@@ -355,9 +356,9 @@ impl App {
                 if compares {
                     "Drop to compare the open bundle with this one"
                 } else if bundle_open {
-                    "Drop a bundle folder to open it (hold Alt/Option or Shift to compare)"
+                    "Drop a bundle folder or a .gguf file to open it (hold Alt/Option or Shift to compare)"
                 } else {
-                    "Drop a bundle folder (or its manifest.json) to open it"
+                    "Drop a bundle folder (or its manifest.json), or a .gguf file, to open it"
                 },
                 egui::FontId::proportional(22.0),
                 Color32::WHITE,

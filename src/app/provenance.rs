@@ -82,6 +82,10 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
             .on_hover_text(full);
         }
     }
+    if let Some(meta) = &p.gguf {
+        ui.add_space(8.0);
+        super::gguf_meta::metadata_ui(ui, meta);
+    }
     ui.add_space(8.0);
     ui.label(RichText::new("Totals by precision").strong());
     let Some(t) = &s.totals else { return };

@@ -15,6 +15,7 @@ pub const READS: &[&str] = &[
     "audio8 mixed-precision bundles (v1 and v2)",
     "mlx-nvfp4 MoE artifacts",
     "calibrated GPTQ-Q4 overlays (bundlescope's documented reading)",
+    "GGUF files (llama.cpp, Ollama, LM Studio)",
 ];
 
 /// The recent-bundles list and what a job last found of each entry.
@@ -156,7 +157,7 @@ pub(super) fn welcome_ui(
         ui.add_space(12.0);
         ui.label(
             RichText::new(
-                "…or drop a bundle folder (or its manifest.json) anywhere on this window. Press ? for the keyboard shortcuts.",
+                "…or drop a bundle folder (or its manifest.json), or a .gguf file, anywhere on this window. Press ? for the keyboard shortcuts.",
             )
             .weak(),
         );

@@ -141,6 +141,9 @@ pub struct Options {
     /// without it the audit looks for a folder beside the bundle whose
     /// manifest hash is the declared parent's.
     pub parent: Option<PathBuf>,
+    /// Expected SHA-256 of payload files by name (`audit --expect FILE=HEX`),
+    /// for files whose format carries no checksum of its own (GGUF).
+    pub expect: Vec<(String, String)>,
 }
 
 /// Where events go. Must be cheap: it is called from the pass.
@@ -210,7 +213,10 @@ pub fn spawn(
 pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
     let started = Instant::now();
     let bundle = match format::open(path) {
-        Ok(b) => Arc::new(b),
+        Ok(mut b) => {
+            apply_expect(&mut b, &options.expect);
+            Arc::new(b)
+        }
         Err(e) => {
             sink(Event::Finished(Err(Failure::Open(Arc::new(e)))));
             return;
@@ -239,6 +245,32 @@ pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
         warnings,
         duration: started.elapsed(),
     })));
+}
+
+/// Sets each `(file name, hex)` expectation on the bundle's payload file of
+/// that name (it then wins over a checksum file beside it); a name that is
+/// no payload file of the bundle is a `payload.sha256` finding.
+pub fn apply_expect(bundle: &mut Bundle, expect: &[(String, String)]) {
+    for (name, hex) in expect {
+        match bundle.files.iter_mut().find(|f| &f.name == name) {
+            Some(f) => f.expected_sha256 = Some(hex.to_ascii_lowercase()),
+            None => bundle.findings.push(
+                Finding::error(
+                    checks::PAYLOAD_SHA256,
+                    format!(
+                        "--expect names {name:?}, which is not a payload file of this bundle ({})",
+                        bundle
+                            .files
+                            .iter()
+                            .map(|f| f.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .field(name.clone()),
+            ),
+        }
+    }
 }
 
 #[derive(Default)]

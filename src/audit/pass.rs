@@ -15,7 +15,7 @@ use super::ranges::RangeHasher;
 use super::scan::Scanner;
 use super::{CancelToken, CheckId, Event, Failure, FileStart, Finding, Options, Sink};
 use crate::format::payload::open_regular;
-use crate::format::{Bundle, PayloadFile, error_chain, hex, read_capped, sha256_hex};
+use crate::format::{Bundle, PayloadFile, error_chain, hex, sha256_hex};
 
 /// Default bytes per read.
 pub const CHUNK_BYTES: usize = 8 << 20;
@@ -457,6 +457,8 @@ fn finish_tensor(bundle: &Bundle, s: Scanner, emit: Sink) {
         Some(Layout::Packed { .. }) => &[c::PACKED_RESERVED_CODE, c::PACKED_SCALES],
         Some(Layout::E4m3 { .. }) => &[c::E4M3_SCALES],
         Some(Layout::GlobalScale { .. }) => &[c::GLOBAL_SCALE],
+        Some(Layout::Gguf { ty, .. }) if ty.is_float() => &[c::GGUF_FINITE],
+        Some(Layout::Gguf { ty, .. }) if ty.decoded() => &[c::GGUF_SCALE],
         _ => &[],
     };
     for &check in value_checks {
@@ -493,7 +495,7 @@ fn end_checks(
             manifest_now.as_ref(),
         ));
     } else {
-        match read_capped(&bundle.manifest_path, crate::format::MAX_MANIFEST_BYTES) {
+        match read_prefix(&bundle.manifest_path, bundle.manifest_bytes.len()) {
             Ok(bytes) if sha256_hex(&bytes) == bundle.provenance.manifest_sha256 => {}
             Ok(_) => changed.push("manifest.json's content changed".into()),
             Err(e) => changed.push(format!("manifest.json can no longer be read ({e})")),
@@ -519,6 +521,20 @@ fn end_checks(
             )));
         }
     }
+}
+
+/// The first `n` bytes of `path` (all of a manifest.json; a GGUF file's
+/// header), through the same type-checked open as the payload.
+fn read_prefix(path: &std::path::Path, n: usize) -> Result<Vec<u8>, String> {
+    let name = path
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let (file, _) = open_regular(&name, path).map_err(|e| error_chain(&e))?;
+    let mut bytes = Vec::with_capacity(n);
+    file.take(n as u64)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    Ok(bytes)
 }
 
 fn describe_change(name: &str, before: Option<&Ident>, now: Option<&Ident>) -> String {

@@ -28,6 +28,21 @@ pub struct Args {
     /// beside it whose manifest hash is the declared parent's).
     #[arg(long, value_name = "DIR")]
     pub parent: Option<PathBuf>,
+    /// Expected SHA-256 of a payload file, `FILE=HEX` (repeatable): for a
+    /// GGUF file, which carries no checksum of its own.
+    #[arg(long, value_name = "FILE=HEX", value_parser = parse_expect)]
+    pub expect: Vec<(String, String)>,
+}
+
+/// `FILE=HEX` with 64 hex digits.
+fn parse_expect(s: &str) -> std::result::Result<(String, String), String> {
+    let (file, hex) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?} is not FILE=HEX"))?;
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{hex:?} is not 64 hex digits"));
+    }
+    Ok((file.to_string(), hex.to_ascii_lowercase()))
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -36,6 +51,7 @@ pub fn run(a: Args) -> Result<i32> {
         audit::Options {
             range_hashes: a.range_hashes,
             parent: a.parent.clone(),
+            expect: a.expect.clone(),
             ..audit::Options::default()
         },
         None,

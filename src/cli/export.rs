@@ -61,6 +61,13 @@ pub fn run(a: Args) -> Result<i32> {
     let bytes = payload.tensor_bytes(index)?;
     let shape = match layout {
         Layout::Packed { rows, cols, .. } => vec![rows, cols],
+        // PyTorch order (ne reversed), as gguf-py's reader shapes it.
+        Layout::Gguf { ty, .. } if !ty.decoded() => bail!(
+            "{} is {}: listed and size-checked, not decoded by bundlescope",
+            t.name,
+            ty.name()
+        ),
+        Layout::Gguf { rows, cols, .. } => t.shape.clone().unwrap_or(vec![rows, cols]),
         // The metadata checks tie the shape to the count; fall back to flat if not.
         Layout::Dense { count, .. } => match &t.shape {
             Some(shape) if t.parameters() == Some(count) => shape.clone(),
@@ -147,6 +154,21 @@ fn write_values(layout: Layout, bytes: &[u8], w: &mut impl Write) -> Result<()> 
                     .ok_or_else(|| anyhow!("tensor bytes shorter than its values"))?;
                 let block = &mut values[..n];
                 dequant::dense_to_f32(dtype, src, block)?;
+                put_f32(block, &mut out, w)?;
+            }
+        }
+        Layout::Gguf { ty, rows, cols } => {
+            let (rows, cols) = (to_usize(rows)?, to_usize(cols)?);
+            let row_bytes = cols / ty.block_size() as usize * ty.type_size() as usize;
+            let block_rows = (BLOCK_VALUES / cols.max(1)).max(1);
+            values.resize(block_rows * cols, 0.0);
+            for r0 in (0..rows).step_by(block_rows) {
+                let n = block_rows.min(rows - r0);
+                let block = &mut values[..n * cols];
+                let src = bytes
+                    .get(r0 * row_bytes..(r0 + n) * row_bytes)
+                    .ok_or_else(|| anyhow!("tensor bytes shorter than its rows"))?;
+                bundlescope::decode::gguf::dequantize(ty, src, block)?;
                 put_f32(block, &mut out, w)?;
             }
         }

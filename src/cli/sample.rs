@@ -11,8 +11,9 @@ use bundlescope::sample::{self, SampleFormat, SampleOptions};
 pub struct Args {
     /// Folder to create (must be new or empty).
     pub dir: PathBuf,
-    /// audio8-v2 (default), audio8-v1, nvfp4 (an mlx-nvfp4 MoE artifact) or
-    /// gptq-q4 (a calibrated GPTQ-Q4 overlay of --parent).
+    /// audio8-v2 (default), audio8-v1, nvfp4 (an mlx-nvfp4 MoE artifact),
+    /// gptq-q4 (a calibrated GPTQ-Q4 overlay of --parent) or gguf
+    /// (DIR/model.gguf, one tensor of each decoded ggml type).
     #[arg(long, default_value = "audio8-v2")]
     pub format: String,
     /// Seed of every random choice.
@@ -66,6 +67,13 @@ pub fn run(a: Args) -> Result<i32> {
             s.copied,
             human_bytes(s.payload_bytes)
         );
+        return Ok(super::EXIT_OK);
+    }
+    if a.format == "gguf" {
+        std::fs::create_dir_all(&a.dir)?;
+        let path = a.dir.join("model.gguf");
+        let bytes = sample::gguf::write_sized(&path, a.seed, a.size_mib)?;
+        println!("wrote {} ({})", path.display(), human_bytes(bytes));
         return Ok(super::EXIT_OK);
     }
     if a.format == "nvfp4" || a.format == "mlx-nvfp4" {

@@ -168,6 +168,28 @@ pub struct TensorStats {
     /// Per-expert global scales (mlx-nvfp4 `global_scale` tensors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_scales: Option<Vec<f64>>,
+    /// What a GGUF block-quantised tensor adds: its sub-block scales and mins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gguf: Option<GgufStats>,
+}
+
+/// The sub-block statistics of a GGUF block-quantised tensor (the codes,
+/// `d` distribution and quality are in [`TensorStats`]'s own fields; for
+/// GGUF, `scales` is the distribution of `|d|`, its `invalid` counting
+/// zero and non-finite `d`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GgufStats {
+    /// The ggml type's name.
+    pub ggml_type: String,
+    /// Blocks in the tensor.
+    pub blocks: u64,
+    /// Histogram of the stored sub-block scales (K-quants' 4-, 6- or 8-bit
+    /// scales; MXFP4's E8M0 and NVFP4's UE4M3 scale bytes).
+    pub sub_scales: Option<CodeCounts>,
+    /// Histogram of the stored sub-block mins (Q2_K, Q4_K, Q5_K).
+    pub sub_mins: Option<CodeCounts>,
+    /// Distribution of `|m|` or `|dmin|` (types with an F16 min).
+    pub mins: Option<ScaleSummary>,
 }
 
 /// Distribution of a stacked E4M3 scale tensor, overall and per expert.

@@ -139,6 +139,23 @@ checks! {
     PROVENANCE_PARENT_COPIED = "provenance.parent_copied": "every copied tensor is byte-identical to the parent's tensor of that name";
     PROVENANCE_PARENT_OVERLAY = "provenance.parent_overlay": "every overlay tensor has the parent's name and shape and differs from the parent's bytes";
     PROVENANCE_PARENT_SCALES = "provenance.parent_scales": "(info) whether each overlay tensor's F16 scales equal the parent's: static parent scale equality";
+    GGUF_MAGIC = "gguf.magic": "a GGUF file starts with the magic GGUF";
+    GGUF_VERSION = "gguf.version": "the GGUF version is 2 or 3";
+    GGUF_HEADER = "gguf.header": "the header's fixed-size fields (counts, types, dims, offsets) all lie inside the file";
+    GGUF_COUNTS = "gguf.counts": "the tensor, key/value and array item counts fit in the bytes that follow them (checked before any allocation)";
+    GGUF_STRING = "gguf.string": "every string's length fits in the bytes that follow it, and the string is UTF-8";
+    GGUF_KV_TYPE = "gguf.kv_type": "every metadata value type and array item type is a known GGUF type (0..=12), arrays nested at most 3 deep";
+    GGUF_KV_KEY = "gguf.kv_key": "every metadata key appears once";
+    GGUF_ALIGNMENT = "gguf.alignment": "general.alignment, when present, is a UINT32 power of two (default 32)";
+    GGUF_TENSOR_TYPE = "gguf.tensor_type": "every tensor's ggml type is one ggml knows today";
+    GGUF_DIMS = "gguf.dims": "every tensor has 1 to 4 dimensions, each > 0, ne[0] a multiple of its type's block size, element count and byte size within 64 bits";
+    GGUF_OFFSET_ALIGNED = "gguf.offset_aligned": "every tensor's offset is a multiple of the alignment";
+    GGUF_OFFSET_RANGE = "gguf.offset_range": "every tensor's bytes lie inside the file's data section";
+    GGUF_OVERLAP = "gguf.overlap": "no two tensors' bytes overlap";
+    GGUF_NAME = "gguf.name_unique": "tensor names are unique (across split parts too)";
+    GGUF_UNCOVERED = "gguf.uncovered": "every byte of the data section belongs to a tensor or to the alignment padding after one (warning)";
+    GGUF_SCALE = "gguf.scale": "every block's F16 scale d (and m or dmin where the type has one; F32 d for Q8_K) is finite, and no MXFP4 E8M0 scale is 0xFF (NaN)";
+    GGUF_FINITE = "gguf.finite": "every F32, F16 and BF16 value is finite";
 }
 
 checks! {

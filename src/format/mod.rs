@@ -2,6 +2,7 @@
 //! and the tensor index. Parsing never trusts a number before bounding it.
 
 pub mod audio8;
+pub mod gguf;
 pub mod gptq;
 pub mod json;
 mod model;
@@ -122,6 +123,9 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
         path: path.to_path_buf(),
         source,
     })?;
+    if gguf::claims(path, &meta) {
+        return gguf::open(path, &meta);
+    }
     let (dir, manifest_path) = if meta.is_dir() {
         (path.to_path_buf(), path.join("manifest.json"))
     } else if path.file_name().is_some_and(|n| n == "manifest.json") {
@@ -197,6 +201,11 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
             bytes,
             "manifest.json names no format".into(),
         )),
+        // detect reads manifests; a GGUF file was claimed above.
+        FormatKind::Gguf => Err(OpenError::NotABundle {
+            path: dir,
+            reason: "a manifest.json cannot describe a GGUF file".into(),
+        }),
     }
 }
 

@@ -31,6 +31,9 @@ pub enum FormatKind {
     /// The mlx-nvfp4 `stacked-global-scale` MoE artifact.
     #[serde(rename = "mlx-nvfp4")]
     Nvfp4,
+    /// A GGUF file (llama.cpp), or the split parts of one.
+    #[serde(rename = "gguf")]
+    Gguf,
     /// A folder whose manifest.json could not be parsed, so no format can be
     /// told: the bundle holds only the `manifest.parse` finding.
     #[serde(rename = "unknown")]
@@ -47,6 +50,7 @@ impl FormatKind {
             FormatKind::GptqQ4Calibrated => super::gptq::FORMAT,
             FormatKind::Native => "A8MOD001",
             FormatKind::Nvfp4 => "mlx-nvfp4",
+            FormatKind::Gguf => "gguf",
             FormatKind::Unknown => "unknown",
         }
     }
@@ -60,6 +64,7 @@ impl FormatKind {
             FormatKind::GptqQ4Calibrated => "GPTQ-Q4 overlay",
             FormatKind::Native => "A8MOD001",
             FormatKind::Nvfp4 => "mlx-nvfp4",
+            FormatKind::Gguf => "GGUF",
             FormatKind::Unknown => "unknown format",
         }
     }
@@ -80,6 +85,8 @@ pub enum Precision {
     Nvfp4,
     /// E4M3 group scales (mlx-nvfp4 expert scales).
     E4m3,
+    /// A ggml tensor type of a GGUF file.
+    Gguf(super::gguf::GgmlType),
     /// Anything else the manifest says (always a finding).
     Other(String),
 }
@@ -105,6 +112,7 @@ impl Precision {
             Precision::Q4 => "q4",
             Precision::Nvfp4 => "nvfp4",
             Precision::E4m3 => "e4m3",
+            Precision::Gguf(t) => t.name(),
             Precision::Other(s) => s,
         }
     }
@@ -257,6 +265,16 @@ pub enum Layout {
         /// Experts.
         experts: u64,
     },
+    /// A GGUF tensor: `rows` rows (the product of `ne[1..]`) of `cols`
+    /// (`ne[0]`) elements of a ggml type, in blocks along each row.
+    Gguf {
+        /// The ggml type.
+        ty: super::gguf::GgmlType,
+        /// Rows: the product of `ne[1..]`.
+        rows: u64,
+        /// Elements per row: `ne[0]`, a multiple of the type's block size.
+        cols: u64,
+    },
 }
 
 impl Layout {
@@ -266,7 +284,8 @@ impl Layout {
             Layout::Dense { .. }
             | Layout::Fp4 { .. }
             | Layout::E4m3 { .. }
-            | Layout::GlobalScale { .. } => 0,
+            | Layout::GlobalScale { .. }
+            | Layout::Gguf { .. } => 0,
             Layout::Packed { kind, rows, cols } => rows * (cols * u64::from(kind.bits()) / 8),
         }
     }
@@ -277,7 +296,8 @@ impl Layout {
             Layout::Dense { .. }
             | Layout::Fp4 { .. }
             | Layout::E4m3 { .. }
-            | Layout::GlobalScale { .. } => 0,
+            | Layout::GlobalScale { .. }
+            | Layout::Gguf { .. } => 0,
             Layout::Packed { kind, cols, .. } => cols * u64::from(kind.bits()) / 8,
         }
     }
@@ -288,7 +308,8 @@ impl Layout {
             Layout::Dense { .. }
             | Layout::Fp4 { .. }
             | Layout::E4m3 { .. }
-            | Layout::GlobalScale { .. } => 0,
+            | Layout::GlobalScale { .. }
+            | Layout::Gguf { .. } => 0,
             Layout::Packed { rows, cols, .. } => rows * (cols / 64),
         }
     }
@@ -384,7 +405,7 @@ pub struct Provenance {
     pub profile: Option<String>,
     /// `external_assets_not_included["config.json"].sha256`.
     pub expected_config_sha256: Option<String>,
-    /// SHA-256 of manifest.json as read.
+    /// SHA-256 of manifest.json as read (of a GGUF's header bytes).
     pub manifest_sha256: String,
     /// A calibrated GPTQ-Q4 overlay's `provenance` block as declared.
     #[serde(skip)]
@@ -393,6 +414,9 @@ pub struct Provenance {
     /// carries its fields; set by the report, never by a format parser).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub gptq: Option<Box<super::gptq::ProvenanceReport>>,
+    /// A GGUF file's header metadata.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gguf: Option<std::sync::Arc<super::gguf::Metadata>>,
 }
 
 /// An opened bundle: everything learned from the manifest, before any payload

@@ -2,6 +2,7 @@
 //! heavy-tailed weights quantised per the format's rules. Tests, the demo and
 //! the benchmarks all start from it.
 
+pub mod gguf;
 pub mod gptq;
 pub mod nvfp4;
 pub mod reference;

@@ -23,6 +23,8 @@
 //!
 //! The bundle is only read: its payload is mapped read-only.
 
+mod gguf;
+mod gguf_reference;
 pub mod nvfp4;
 mod packed;
 pub mod reference;
@@ -456,6 +458,9 @@ fn plan_tensor(bundle: &Bundle, i: usize, opts: &Options) -> Vec<Planned> {
                 .collect(),
         };
     }
+    if gguf::checkable(t.layout) {
+        return vec![one(Kind::Matmul, None)];
+    }
     if t.precision.packed().is_none() {
         return Vec::new();
     }
@@ -549,7 +554,7 @@ pub fn run_tensor(
         return Err(SpotError::Tensor {
             tensor: t.name.clone(),
             reason: format!(
-                "precision {} is stored as is; only packed tensors (q3, q3_full8, q4, nvfp4) have a matmul to check",
+                "precision {} is stored as is (or not decoded); only packed tensors (q3, q3_full8, q4, nvfp4, GGUF block types) have a matmul to check",
                 t.precision.as_str()
             ),
         });
@@ -590,6 +595,9 @@ fn check(
         return nvfp4::check_expert(payload, p.index, e, opts, device);
     }
     let t = payload.bundle().tensor(p.index)?;
+    if gguf::checkable(t.layout) {
+        return gguf::matmul_check(payload, p.index, opts, device);
+    }
     let g = packed::gather(payload, p.index, opts)?;
     let words =
         repack::words(g.kind, g.cols, &g.codes).map_err(|error| SpotError::ReservedCode {

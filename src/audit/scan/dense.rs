@@ -4,13 +4,14 @@
 use super::Carry;
 use crate::decode;
 use crate::decode::stats::{self, Moments, Pattern16, TensorStats};
-use crate::finding::Finding;
 use crate::finding::checks as c;
+use crate::finding::{CheckId, Finding};
 use crate::format::DenseDtype;
 
 /// A dense tensor's scan state.
 pub(super) struct Dense {
     dtype: DenseDtype,
+    check: CheckId,
     carry: Carry,
     acc: DenseAcc,
 }
@@ -31,8 +32,14 @@ const BLOCK: usize = 512;
 impl Dense {
     /// The scan state of a tensor of `dtype` starting at absolute offset `start`.
     pub(super) fn new(dtype: DenseDtype, start: u64) -> Self {
+        Self::with_check(dtype, start, c::DENSE_FINITE)
+    }
+
+    /// The same, reporting non-finite values under `check` (GGUF's own id).
+    pub(super) fn with_check(dtype: DenseDtype, start: u64, check: CheckId) -> Self {
         Self {
             dtype,
+            check,
             carry: Carry::new(dtype.size() as usize),
             acc: DenseAcc {
                 start,
@@ -58,7 +65,7 @@ impl Dense {
             let index = (at - acc.start) / self.dtype.size();
             findings.push(
                 Finding::error(
-                    c::DENSE_FINITE,
+                    self.check,
                     format!(
                         "{} of {} {} values are NaN or infinite; the first is element {index}",
                         acc.moments.nonfinite,

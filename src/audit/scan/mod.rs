@@ -5,6 +5,7 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod dense;
+mod gguf;
 mod nvfp4;
 mod packed;
 #[cfg(test)]
@@ -12,6 +13,7 @@ mod reference_tests;
 mod tally;
 
 use dense::Dense;
+use gguf::GgufScan;
 use nvfp4::{E4m3Scan, GlobalScan};
 use packed::Packed;
 
@@ -91,6 +93,8 @@ enum Kind {
     E4m3(Box<E4m3Scan>),
     /// Per-expert F32 global scales.
     Global(Box<GlobalScan>),
+    /// GGUF block-quantised codes and scales.
+    Gguf(Box<GgufScan>),
 }
 
 impl Scanner {
@@ -114,6 +118,24 @@ impl Scanner {
                 groups,
             } => Kind::E4m3(Box::new(E4m3Scan::new(experts, rows * groups))),
             Layout::GlobalScale { experts } => Kind::Global(Box::new(GlobalScan::new(experts))),
+            Layout::Gguf { ty, rows, cols } => {
+                use crate::format::gguf::GgmlType as T;
+                let dense = |dtype| {
+                    Kind::Dense(Box::new(Dense::with_check(
+                        dtype,
+                        start,
+                        crate::finding::checks::GGUF_FINITE,
+                    )))
+                };
+                match ty {
+                    T::F32 => dense(crate::format::DenseDtype::F32),
+                    T::F16 => dense(crate::format::DenseDtype::F16),
+                    T::BF16 => dense(crate::format::DenseDtype::Bf16),
+                    // Listed and size-checked types are hashed only.
+                    _ if !ty.decoded() => Kind::Codes,
+                    _ => Kind::Gguf(Box::new(GgufScan::new(ty, rows, cols, start))),
+                }
+            }
         };
         Some(Self {
             tensor: index,
@@ -142,6 +164,7 @@ impl Scanner {
             Kind::E4m3(e) => e.feed(self.start, self.pos, data),
             Kind::Global(g) => g.feed(data),
             Kind::Packed(p) => p.feed(self.pos, data),
+            Kind::Gguf(g) => g.feed(data),
         }
         self.pos += data.len() as u64;
     }
@@ -156,6 +179,7 @@ impl Scanner {
             Kind::Global(g) => g.finish(name, self.start, &mut findings),
             Kind::Dense(d) => d.finish(name, &mut findings),
             Kind::Packed(p) => p.finish(name, &mut findings),
+            Kind::Gguf(g) => g.finish(name, &mut findings),
         };
         ScanOutcome { findings, stats }
     }

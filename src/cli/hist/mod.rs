@@ -98,10 +98,18 @@ fn warn_findings(out: &ScanOutcome) {
 /// value summary for a dense one.
 fn tensor_json(t: &TensorInfo, stats: &TensorStats) -> Value {
     let mut o = json!({"tensor": t.name, "precision": t.precision.as_str()});
-    if let (Some(c), Some(s), Some(q)) = (&stats.codes, &stats.scales, &stats.quality) {
+    if let Some(g) = &stats.gguf {
+        // GGUF: the shape in PyTorch order above, ggml's ne order here.
+        o["shape"] = json!(t.shape);
+        o["ne"] = t.record["ne"].clone();
+        o["gguf"] = json!(g);
+    }
+    if let (Some(c), Some(q)) = (&stats.codes, &stats.quality) {
         o["codes"] = json!({"bits": c.bits, "zero": c.zero, "counts": c.counts});
-        o["scales"] = json!({"dtype": s.dtype, "count": s.count, "min": s.min, "max": s.max,
-            "median": s.median, "p01": s.p01, "p99": s.p99, "bins": s.bins});
+        if let Some(s) = &stats.scales {
+            o["scales"] = json!({"dtype": s.dtype, "count": s.count, "min": s.min, "max": s.max,
+                "median": s.median, "p01": s.p01, "p99": s.p99, "bins": s.bins});
+        }
         o["stats"] = json!(q);
     } else if let Some(v) = &stats.values {
         o["source_dtype"] = json!(t.source_dtype);

@@ -43,6 +43,17 @@ pub(super) fn print_tensor(t: &TensorInfo, stats: &TensorStats) {
             c.zero
         );
         print_codes(c);
+        if let Some(g) = &stats.gguf {
+            for (what, h) in [
+                ("sub-block scales", &g.sub_scales),
+                ("sub-block mins", &g.sub_mins),
+            ] {
+                if let Some(h) = h {
+                    println!("\n  {what} ({} bits, {} stored):", h.bits, h.total());
+                    print_codes(h);
+                }
+            }
+        }
         if let Some(s) = &stats.scales {
             println!(
                 "\n  scales ({}, {}): min {:.4e}  p01 {:.4e}  median {:.4e}  p99 {:.4e}  max {:.4e}",

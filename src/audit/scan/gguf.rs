@@ -1,0 +1,458 @@
+//! The scanner of GGUF block-quantised tensors: every block's codes tallied
+//! at their bit width, the sub-block scales and mins tallied, the F16 `d`
+//! and `m`/`dmin` distributions, the first non-finite scale located, and
+//! the quality statistics made from them. Large pieces are split over the
+//! cores in whole blocks.
+
+use rayon::prelude::*;
+
+use super::tally::PARALLEL_MIN_BYTES;
+use crate::decode::f16_to_f32;
+use crate::decode::gguf::{
+    MAX_BLOCK, block_codes, block_sub_scales, byte_codes, code_format, expand_byte_counts,
+    f16_fields, sub_scale_format,
+};
+use crate::decode::stats::{self, CodeCounts, GgufStats, Quality, TensorStats};
+use crate::finding::Finding;
+use crate::finding::checks as c;
+use crate::format::gguf::GgmlType;
+
+/// A GGUF quantised tensor's scan state.
+pub(super) struct GgufScan {
+    ty: GgmlType,
+    start: u64,
+    type_size: usize,
+    blocks_per_row: u64,
+    carry: Vec<u8>,
+    /// Blocks fed so far.
+    block: u64,
+    acc: Acc,
+    /// Largest finite `|d|` (as F16 bits) of each row.
+    row_max: Vec<u16>,
+}
+
+struct Acc {
+    codes: [u64; 256],
+    sub: [u64; 256],
+    mins: [u64; 256],
+    d_hist: Vec<u32>,
+    m_hist: Vec<u32>,
+    zero_blocks: u64,
+    bad: u64,
+    /// Block index, field name, bits and byte offset in the block of the
+    /// first non-finite scale.
+    first_bad: Option<(u64, &'static str, u32, usize)>,
+}
+
+impl Acc {
+    fn new(f16: bool) -> Self {
+        Self {
+            codes: [0; 256],
+            sub: [0; 256],
+            mins: [0; 256],
+            d_hist: if f16 { vec![0; 1 << 16] } else { Vec::new() },
+            m_hist: if f16 { vec![0; 1 << 16] } else { Vec::new() },
+            zero_blocks: 0,
+            bad: 0,
+            first_bad: None,
+        }
+    }
+
+    fn merge(&mut self, o: Acc) {
+        for (a, b) in self.codes.iter_mut().zip(o.codes) {
+            *a += b;
+        }
+        for (a, b) in self.sub.iter_mut().zip(o.sub) {
+            *a += b;
+        }
+        for (a, b) in self.mins.iter_mut().zip(o.mins) {
+            *a += b;
+        }
+        for (a, b) in self.d_hist.iter_mut().zip(o.d_hist) {
+            *a += b;
+        }
+        for (a, b) in self.m_hist.iter_mut().zip(o.m_hist) {
+            *a += b;
+        }
+        self.zero_blocks += o.zero_blocks;
+        self.bad += o.bad;
+        if self.first_bad.is_none() {
+            self.first_bad = o.first_bad;
+        }
+    }
+
+    /// Tallies whole blocks; `first` is the index of the first.
+    fn blocks(&mut self, ty: GgmlType, first: u64, data: &[u8], type_size: usize) {
+        // Bounded so the u32 tables below cannot overflow.
+        let per_call = (1usize << 20) * type_size;
+        for (i, part) in data.chunks(per_call).enumerate() {
+            self.blocks_bounded(ty, first + (i << 20) as u64, part, type_size);
+        }
+    }
+
+    fn blocks_bounded(&mut self, ty: GgmlType, first: u64, data: &[u8], type_size: usize) {
+        let n = ty.block_size() as usize;
+        let zero = code_format(ty).map_or(0, |(_, z)| z);
+        let (d_at, m_at) = f16_fields(ty);
+        let fast = byte_codes(ty);
+        // The code bytes of a symmetric type's all-zero block.
+        let zero_byte = match ty {
+            GgmlType::Q4_0 => Some(0x88u8),
+            GgmlType::Q8_0 | GgmlType::Q8_K => Some(0),
+            _ => None,
+        };
+        // Four interleaved tables, so runs of one value do not serialise.
+        let mut t = [[0u32; 256]; 4];
+        let mut q = [0u8; MAX_BLOCK];
+        let (mut sc, mut mn) = ([0u8; 16], [0u8; 16]);
+        for (k, b) in data.chunks_exact(type_size).enumerate() {
+            let all_zero = if let Some((off, len)) = fast {
+                let qs = &b[off..off + len];
+                for w in qs.as_chunks::<4>().0 {
+                    t[0][usize::from(w[0])] += 1;
+                    t[1][usize::from(w[1])] += 1;
+                    t[2][usize::from(w[2])] += 1;
+                    t[3][usize::from(w[3])] += 1;
+                }
+                zero_byte.is_some_and(|z| qs.iter().all(|&x| x == z))
+            } else {
+                block_codes(ty, b, &mut q);
+                for w in q[..n].as_chunks::<4>().0 {
+                    t[0][usize::from(w[0])] += 1;
+                    t[1][usize::from(w[1])] += 1;
+                    t[2][usize::from(w[2])] += 1;
+                    t[3][usize::from(w[3])] += 1;
+                }
+                zero != 0 && q[..n].iter().all(|&c| i32::from(c) == zero)
+            };
+            let (ns, nm) = block_sub_scales(ty, b, &mut sc, &mut mn);
+            for &s in &sc[..ns] {
+                self.sub[usize::from(s)] += 1;
+            }
+            for &m in &mn[..nm] {
+                self.mins[usize::from(m)] += 1;
+            }
+            let mut d_zero = false;
+            for (at, field, hist) in [(d_at, "d", &mut self.d_hist), (m_at, "m", &mut self.m_hist)]
+            {
+                let Some(at) = at else { continue };
+                let h = u16::from_le_bytes([b[at], b[at + 1]]);
+                hist[usize::from(h & 0x7fff)] += 1;
+                if h & 0x7c00 == 0x7c00 {
+                    self.bad += 1;
+                    if self.first_bad.is_none() {
+                        let name = match (field, ty) {
+                            ("m", GgmlType::Q4_1 | GgmlType::Q5_1) => "m",
+                            ("m", _) => "dmin",
+                            _ => "d",
+                        };
+                        self.first_bad = Some((first + k as u64, name, u32::from(h), at));
+                    }
+                }
+                if field == "d" {
+                    d_zero = h & 0x7fff == 0;
+                }
+            }
+            if ty == GgmlType::Q8_K {
+                let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                d_zero = d == 0.0;
+                if !d.is_finite() {
+                    self.bad += 1;
+                    if self.first_bad.is_none() {
+                        self.first_bad = Some((first + k as u64, "d", d.to_bits(), 0));
+                    }
+                }
+            }
+            // E8M0 0xFF is NaN in the OCP MX format; ggml would scale by 2^127.
+            if ty == GgmlType::MXFP4 && b[0] == 0xff {
+                self.bad += 1;
+                if self.first_bad.is_none() {
+                    self.first_bad = Some((first + k as u64, "e", 0xff, 0));
+                }
+            }
+            if all_zero || d_zero {
+                self.zero_blocks += 1;
+            }
+        }
+        let mut table = [0u64; 256];
+        for (v, slot) in table.iter_mut().enumerate() {
+            *slot =
+                u64::from(t[0][v]) + u64::from(t[1][v]) + u64::from(t[2][v]) + u64::from(t[3][v]);
+        }
+        if fast.is_some() {
+            expand_byte_counts(ty, &table, &mut self.codes);
+        } else {
+            for (c, n) in self.codes.iter_mut().zip(table) {
+                *c += n;
+            }
+        }
+    }
+}
+
+impl GgufScan {
+    /// The scan state of a `rows` × `cols` tensor of `ty` at absolute offset `start`.
+    pub(super) fn new(ty: GgmlType, rows: u64, cols: u64, start: u64) -> Self {
+        let f16 = f16_fields(ty).0.is_some();
+        let blocks_per_row = (cols / ty.block_size()).max(1);
+        Self {
+            ty,
+            start,
+            type_size: ty.type_size() as usize,
+            blocks_per_row,
+            carry: Vec::with_capacity(ty.type_size() as usize),
+            block: 0,
+            acc: Acc::new(f16),
+            // rows × type_size bytes are in the file, so rows is bounded by it.
+            row_max: if f16 {
+                vec![0; rows as usize]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Feeds the next bytes.
+    pub(super) fn feed(&mut self, mut data: &[u8]) {
+        let ts = self.type_size;
+        if !self.carry.is_empty() {
+            let take = (ts - self.carry.len()).min(data.len());
+            self.carry.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.carry.len() < ts {
+                return;
+            }
+            let block = std::mem::take(&mut self.carry);
+            self.whole(&block);
+            self.carry = block;
+            self.carry.clear();
+        }
+        let whole = data.len() / ts * ts;
+        self.whole(&data[..whole]);
+        self.carry.extend_from_slice(&data[whole..]);
+    }
+
+    fn whole(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let (ty, ts, first) = (self.ty, self.type_size, self.block);
+        let threads = rayon::current_num_threads();
+        if threads > 1 && data.len() >= PARALLEL_MIN_BYTES {
+            // One piece a thread: each piece zeroes and merges two 256 KiB
+            // scale histograms, which smaller pieces would pay for again.
+            let piece = data.len().div_ceil(threads).max(PARALLEL_MIN_BYTES / 2);
+            let piece = piece.div_ceil(ts) * ts;
+            let f16 = !self.acc.d_hist.is_empty();
+            let parts: Vec<Acc> = data
+                .par_chunks(piece)
+                .enumerate()
+                .map(|(i, part)| {
+                    let mut a = Acc::new(f16);
+                    a.blocks(ty, first + (i * piece / ts) as u64, part, ts);
+                    a
+                })
+                .collect();
+            for p in parts {
+                self.acc.merge(p);
+            }
+        } else {
+            self.acc.blocks(ty, first, data, ts);
+        }
+        if let (Some(d_at), false) = (f16_fields(ty).0, self.row_max.is_empty()) {
+            // Row and place in it kept by counting: a division per block
+            // costs more than the rest of this loop.
+            let mut row = (first / self.blocks_per_row) as usize;
+            let mut in_row = first % self.blocks_per_row;
+            let mut max = 0u16;
+            for b in data.chunks_exact(ts) {
+                let h = u16::from_le_bytes([b[d_at], b[d_at + 1]]) & 0x7fff;
+                if h < 0x7c00 {
+                    max = max.max(h);
+                }
+                in_row += 1;
+                if in_row == self.blocks_per_row {
+                    if let Some(m) = self.row_max.get_mut(row) {
+                        *m = (*m).max(max);
+                    }
+                    (row, in_row, max) = (row + 1, 0, 0);
+                }
+            }
+            if let Some(m) = self.row_max.get_mut(row) {
+                *m = (*m).max(max);
+            }
+        }
+        self.block += (data.len() / ts) as u64;
+    }
+
+    /// Findings and statistics once every byte has been fed.
+    pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
+        let ty = self.ty;
+        let acc = self.acc;
+        if let Some((block, field, bits, at)) = acc.first_bad {
+            let offset = self.start + block * self.type_size as u64 + at as u64;
+            let shown = match ty {
+                GgmlType::Q8_K => f32::from_bits(bits).to_string(),
+                GgmlType::MXFP4 => "E8M0 0xFF (NaN)".to_string(),
+                _ => f16_to_f32(bits as u16).to_string(),
+            };
+            findings.push(
+                Finding::error(
+                    c::GGUF_SCALE,
+                    format!(
+                        "{} {} block scales are NaN or infinite; the first is {field} = {shown} of block {block} (row {}, block {} of the row)",
+                        acc.bad,
+                        ty.name(),
+                        block / self.blocks_per_row,
+                        block % self.blocks_per_row
+                    ),
+                )
+                .tensor(name)
+                .field(field)
+                .offset(offset),
+            );
+        }
+        let Some((bits, zero)) = code_format(ty) else {
+            return TensorStats::default();
+        };
+        let levels = 1usize << bits;
+        let codes = CodeCounts {
+            bits,
+            zero,
+            max_code: (levels - 1) as u8,
+            counts: acc.codes[..levels].to_vec(),
+        };
+        let sub = sub_scale_format(ty);
+        let counts = |h: &[u64; 256], bits: u32, zero: i32| CodeCounts {
+            bits,
+            zero,
+            max_code: ((1usize << bits) - 1) as u8,
+            counts: h[..1usize << bits].to_vec(),
+        };
+        let sub_scales = sub.map(|(b, z, _)| counts(&acc.sub, b, z));
+        let sub_mins = sub.filter(|s| s.2).map(|(b, _, _)| counts(&acc.mins, b, 0));
+        // A summary with no valid (non-zero finite) value is all NaN, which
+        // the report's and the cache's JSON cannot carry: left out.
+        let summary =
+            |hist: &[u32]| Some(stats::summarise_scales(hist)).filter(|s| s.count > s.invalid);
+        let scales = if acc.d_hist.is_empty() {
+            None
+        } else {
+            summary(&acc.d_hist)
+        };
+        let mins = if f16_fields(ty).1.is_some() {
+            summary(&acc.m_hist)
+        } else {
+            None
+        };
+        let blocks = self.block;
+        let outlier_rows = scales.as_ref().map_or(0, |s| {
+            let limit = s.median * 8.0;
+            self.row_max
+                .iter()
+                .filter(|&&h| h != 0 && f64::from(f16_to_f32(h)) > limit)
+                .count() as u64
+        });
+        let mut quality = Quality {
+            entropy_bits: codes.entropy_bits(),
+            clipping_share: codes.clipping_share(),
+            unused_levels: codes.unused_levels(),
+            zero_groups: acc.zero_blocks,
+            groups: blocks,
+            // 0 where the type has no F16 d (Q8_K, MXFP4, NVFP4) or none is
+            // valid: a NaN would not survive the JSON of the report and cache.
+            scale_dynamic_range: scales
+                .as_ref()
+                .map(|s| s.max / s.min)
+                .filter(|r| r.is_finite())
+                .unwrap_or(0.0),
+            outlier_rows,
+            reserved_codes: 0,
+            suspicion: 0.0,
+        };
+        quality.suspicion = stats::suspicion(&quality, bits);
+        TensorStats {
+            codes: Some(codes),
+            scales,
+            quality: Some(quality),
+            gguf: Some(GgufStats {
+                ggml_type: ty.name().to_string(),
+                blocks,
+                sub_scales,
+                sub_mins,
+                mins,
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{Layout, TensorInfo};
+
+    fn tensor(ty: GgmlType, rows: u64) -> (TensorInfo, Vec<u8>) {
+        let cols = 512u64;
+        let blocks = (rows * cols / ty.block_size()) as usize;
+        let mut rng = crate::util::Rng::new(ty.number().into());
+        let mut bytes = crate::sample::gguf::random_blocks(ty, blocks, &mut rng);
+        // A NaN d in a late block, which only one parallel piece sees.
+        if let (Some(d), _) = f16_fields(ty) {
+            let at = (blocks - 3) * ty.type_size() as usize + d;
+            bytes[at..at + 2].copy_from_slice(&0x7e00u16.to_le_bytes());
+        }
+        let info = TensorInfo {
+            name: "t".into(),
+            precision: crate::format::Precision::Gguf(ty),
+            shape: Some(vec![rows, cols]),
+            source_dtype: None,
+            encoding: None,
+            offset: Some(96),
+            bytes: Some(bytes.len() as u64),
+            resident_bytes: None,
+            alias_of: None,
+            file: 0,
+            layout: Some(Layout::Gguf { ty, rows, cols }),
+            record: serde_json::Value::Null,
+        };
+        (info, bytes)
+    }
+
+    #[test]
+    fn parallel_scans_equal_piecewise_ones_and_a_naive_count() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+            GgmlType::Q8_0,
+        ] {
+            let rows = (3 * PARALLEL_MIN_BYTES as u64) / (512 / ty.block_size() * ty.type_size());
+            let (info, bytes) = tensor(ty, rows);
+            let mut whole = super::super::Scanner::for_tensor(0, &info).unwrap();
+            pool.install(|| whole.feed(&bytes));
+            let whole = whole.finish();
+            let mut pieces = super::super::Scanner::for_tensor(0, &info).unwrap();
+            for p in bytes.chunks(4097) {
+                pieces.feed(p);
+            }
+            let pieces = pieces.finish();
+            assert_eq!(whole.findings, pieces.findings, "{}", ty.name());
+            assert_eq!(whole.stats, pieces.stats, "{}", ty.name());
+            assert_eq!(whole.findings.len(), 1, "{}", ty.name());
+            // Codes counted one block at a time through block_codes.
+            let mut want = vec![0u64; 1 << code_format(ty).unwrap().0];
+            let mut q = [0u8; MAX_BLOCK];
+            for b in bytes.chunks_exact(ty.type_size() as usize) {
+                block_codes(ty, b, &mut q);
+                for &c in &q[..ty.block_size() as usize] {
+                    want[usize::from(c)] += 1;
+                }
+            }
+            assert_eq!(whole.stats.codes.unwrap().counts, want, "{}", ty.name());
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The app on a GGUF file: dropped onto the window, its metadata tree in
+//! the Summary (the tokenizer's long array as a count and a searchable
+//! list), and a Q4_K tensor's code and sub-block scale histograms.
+#![cfg(feature = "gui")]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use common::harness::*;
+use egui_kittest::kittest::Queryable;
+
+#[derive(Debug)]
+struct Dropped(PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        Err("read through the path".into())
+    }
+}
+
+#[test]
+fn dropping_a_gguf_shows_its_metadata_tree_and_a_q4_k_histogram() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("model.gguf");
+    bundlescope::sample::gguf::write(&file, 9).unwrap();
+    let mut g = gui();
+    g.harness
+        .input_mut()
+        .dropped_files
+        .push(Arc::new(Dropped(file.clone())));
+    g.harness.step();
+    g.finish();
+    assert_eq!(g.app().session().unwrap().path, file);
+    assert_eq!(g.verdict(), "Valid");
+    assert_eq!(g.tensor_count(), 19);
+    // The Summary: general open by default, the others collapsed with counts.
+    assert!(g.shows("general (6)"), "general group");
+    assert!(g.shows("\"llama\""), "general.architecture's value");
+    assert!(g.shows("tokenizer (3)"), "tokenizer group");
+    g.harness.get_by_label("tokenizer (3)").click();
+    g.harness.run_steps(2);
+    assert!(
+        g.shows("tokens: ARRAY[STRING] × 1000"),
+        "count, not the list"
+    );
+    assert!(
+        !g.shows("tok999"),
+        "a long array is not laid out until opened"
+    );
+    g.harness
+        .query_all_by_label_contains("tokens: ARRAY[STRING] × 1000")
+        .next()
+        .expect("the tokens header")
+        .click();
+    g.harness.run_steps(2);
+    assert!(g.shows("1000 of 1000 shown"));
+    // The search narrows the list: tok99 and tok990..tok999.
+    // Focus the array's search field, then type.
+    g.harness
+        .get_by_role_and_label(egui::accesskit::Role::TextInput, "find")
+        .click();
+    g.harness.run_steps(2);
+    g.harness
+        .get_by_role_and_label(egui::accesskit::Role::TextInput, "find")
+        .type_text("tok99");
+    g.harness.run_steps(3);
+    assert!(g.shows("11 of 1000 shown"), "the search narrows the list");
+    assert!(g.shows("\"tok99\""), "the first match is listed");
+    assert!(g.shows("chat_template: text"), "the chat template as text");
+    // A Q4_K tensor: its codes (16 levels) and 6-bit sub-block scales.
+    let i = g.select("token_embd.weight");
+    let stats = g.app().session().unwrap().model.stats[i]
+        .clone()
+        .expect("stats");
+    assert_eq!(stats.codes.as_ref().unwrap().counts.len(), 16);
+    let sub = stats.gguf.as_ref().unwrap().sub_scales.as_ref().unwrap();
+    assert_eq!(sub.bits, 6);
+    assert!(g.shows("Codes"));
+    assert!(g.shows("Sub-block scales"));
+    assert!(g.shows("Sub-block mins"));
+}
+
+#[test]
+fn two_gguf_files_in_one_folder_do_not_share_a_cached_audit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("models");
+    std::fs::create_dir(&dir).unwrap();
+    let (a, b) = (dir.join("a.gguf"), dir.join("b.gguf"));
+    bundlescope::sample::gguf::write(&a, 1).unwrap();
+    bundlescope::sample::gguf::write(&b, 2).unwrap();
+    // b is broken: a NaN F32 value.
+    let b_bundle = bundlescope::format::open(&b).unwrap();
+    let norm = &b_bundle.tensors[b_bundle.find("output_norm.weight").unwrap()];
+    let at = norm.offset.unwrap() as usize;
+    let mut bytes = std::fs::read(&b).unwrap();
+    bytes[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&b, bytes).unwrap();
+    let mut g = gui();
+    g.open(&a);
+    assert_eq!(g.verdict(), "Valid");
+    g.open(&b);
+    assert!(
+        g.app().session().unwrap().cached.is_none(),
+        "b is not a's cache entry"
+    );
+    assert_eq!(g.verdict(), "Invalid (1 error)");
+    g.open(&a);
+    assert!(g.app().session().unwrap().cached.is_some());
+    assert_eq!(g.verdict(), "Valid");
+}
