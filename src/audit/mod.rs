@@ -133,6 +133,9 @@ pub struct Options {
     /// default: the second SHA-256 stream costs a core, and the default pass
     /// already keeps both cores of a small machine busy.
     pub range_hashes: bool,
+    /// Expected SHA-256 per payload file name (`audit --expect FILE=HEX`),
+    /// over what the bundle itself says.
+    pub expect: Vec<(String, String)>,
 }
 
 /// Where events go. Must be cheap: it is called from the pass.
@@ -289,6 +292,25 @@ fn audit_bundle(
 ) -> Result<(), Failure> {
     for f in &bundle.findings {
         emit(Event::Finding(f.clone()));
+    }
+    for (name, _) in &options.expect {
+        if !bundle.files.iter().any(|f| &f.name == name) {
+            emit(Event::Finding(
+                Finding::error(
+                    checks::CHECKSUMS_FILE,
+                    format!(
+                        "--expect names {name}, which is not a payload file of this bundle ({})",
+                        bundle
+                            .files
+                            .iter()
+                            .map(|f| f.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .field(name.clone()),
+            ));
+        }
     }
     // A manifest that did not parse was not checked field by field.
     let parsed = !bundle

@@ -20,6 +20,22 @@ pub struct Args {
     /// report), in the same read, on one more core.
     #[arg(long)]
     pub range_hashes: bool,
+    /// Expected SHA-256 of a payload file, `FILE=HEX` (repeatable): verified
+    /// in the pass, over any hash the folder carries (a hub's listed hashes).
+    #[arg(long, value_name = "FILE=HEX", value_parser = parse_expect)]
+    pub expect: Vec<(String, String)>,
+}
+
+fn parse_expect(s: &str) -> Result<(String, String), String> {
+    let (file, hex) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("{s:?}: expected FILE=HEX"))?;
+    if file.is_empty() || !bundlescope::format::mlxlm::checksums::is_sha256(hex) {
+        return Err(format!(
+            "{s:?}: expected FILE=HEX with a file name and 64 hex digits"
+        ));
+    }
+    Ok((file.to_string(), hex.to_ascii_lowercase()))
 }
 
 pub fn run(a: Args) -> Result<i32> {
@@ -27,6 +43,7 @@ pub fn run(a: Args) -> Result<i32> {
         a.dir.clone(),
         audit::Options {
             range_hashes: a.range_hashes,
+            expect: a.expect.clone(),
             ..audit::Options::default()
         },
         None,

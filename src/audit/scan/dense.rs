@@ -11,6 +11,7 @@ use crate::format::DenseDtype;
 /// A dense tensor's scan state.
 pub(super) struct Dense {
     dtype: DenseDtype,
+    check: crate::finding::CheckId,
     carry: Carry,
     acc: DenseAcc,
 }
@@ -31,14 +32,27 @@ const BLOCK: usize = 512;
 impl Dense {
     /// The scan state of a tensor of `dtype` starting at absolute offset `start`.
     pub(super) fn new(dtype: DenseDtype, start: u64) -> Self {
+        Self::with_check(dtype, start, c::DENSE_FINITE)
+    }
+
+    /// The same scan, reporting non-finite values under `check` (MLX-LM's
+    /// affine scales and biases: `mlxlm.scales`).
+    pub(super) fn with_check(
+        dtype: DenseDtype,
+        start: u64,
+        check: crate::finding::CheckId,
+    ) -> Self {
         Self {
             dtype,
+            check,
             carry: Carry::new(dtype.size() as usize),
             acc: DenseAcc {
                 start,
                 dtype,
                 pos: 0,
-                hist: vec![0; 1 << 16],
+                // Allocated at the first value: a checkpoint of 20,000
+                // tensors has a scanner for each before any is fed.
+                hist: Vec::new(),
                 moments: Moments::default(),
                 first_bad: None,
             },
@@ -53,12 +67,13 @@ impl Dense {
 
     /// Findings and statistics once every byte has been fed.
     pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
-        let acc = self.acc;
+        let mut acc = self.acc;
+        acc.hist.resize(1 << 16, 0);
         if let Some(at) = acc.first_bad {
             let index = (at - acc.start) / self.dtype.size();
             findings.push(
                 Finding::error(
-                    c::DENSE_FINITE,
+                    self.check,
                     format!(
                         "{} of {} {} values are NaN or infinite; the first is element {index}",
                         acc.moments.nonfinite,
@@ -83,6 +98,9 @@ impl Dense {
 
 impl DenseAcc {
     fn values(&mut self, units: &[u8]) {
+        if self.hist.is_empty() {
+            self.hist = vec![0; 1 << 16];
+        }
         match self.dtype {
             DenseDtype::F16 | DenseDtype::Bf16 => {
                 let bf16 = self.dtype == DenseDtype::Bf16;

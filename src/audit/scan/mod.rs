@@ -5,6 +5,7 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod dense;
+mod mlx;
 mod nvfp4;
 mod packed;
 #[cfg(test)]
@@ -91,6 +92,10 @@ enum Kind {
     E4m3(Box<E4m3Scan>),
     /// Per-expert F32 global scales.
     Global(Box<GlobalScan>),
+    /// MLX packed codes: the code histogram.
+    MlxCodes(Box<mlx::CodesScan>),
+    /// MLX U8 scales (E8M0, E4M3).
+    MlxScales(Box<mlx::ScalesScan>),
 }
 
 impl Scanner {
@@ -114,6 +119,29 @@ impl Scanner {
                 groups,
             } => Kind::E4m3(Box::new(E4m3Scan::new(experts, rows * groups))),
             Layout::GlobalScale { experts } => Kind::Global(Box::new(GlobalScan::new(experts))),
+            Layout::MlxCodes {
+                mode,
+                bits,
+                group,
+                experts,
+                rows,
+                cols,
+            } => Kind::MlxCodes(Box::new(mlx::CodesScan::new(
+                mode,
+                bits,
+                experts * rows * (cols / group.max(1)),
+                start,
+            ))),
+            Layout::MlxScales {
+                kind,
+                experts,
+                per_expert,
+            } => Kind::MlxScales(Box::new(mlx::ScalesScan::new(kind, experts, per_expert))),
+            Layout::MlxParams { dtype, .. } => Kind::Dense(Box::new(Dense::with_check(
+                dtype,
+                start,
+                crate::finding::checks::MLXLM_SCALES,
+            ))),
         };
         Some(Self {
             tensor: index,
@@ -142,6 +170,8 @@ impl Scanner {
             Kind::E4m3(e) => e.feed(self.start, self.pos, data),
             Kind::Global(g) => g.feed(data),
             Kind::Packed(p) => p.feed(self.pos, data),
+            Kind::MlxCodes(m) => m.feed(data),
+            Kind::MlxScales(m) => m.feed(self.start, self.pos, data),
         }
         self.pos += data.len() as u64;
     }
@@ -156,6 +186,8 @@ impl Scanner {
             Kind::Global(g) => g.finish(name, self.start, &mut findings),
             Kind::Dense(d) => d.finish(name, &mut findings),
             Kind::Packed(p) => p.finish(name, &mut findings),
+            Kind::MlxCodes(m) => m.finish(name, &mut findings),
+            Kind::MlxScales(m) => m.finish(name, self.start, &mut findings),
         };
         ScanOutcome { findings, stats }
     }

@@ -254,6 +254,7 @@ pub fn parse(
             .and_then(Value::as_str)
             .map(str::to_string),
         manifest_sha256: sha256_hex(&manifest_bytes),
+        extra: Vec::new(),
     };
     Bundle {
         dir,

@@ -115,6 +115,7 @@ pub fn parse(
         profile: None,
         expected_config_sha256: None,
         manifest_sha256: sha256_hex(&bytes),
+        extra: Vec::new(),
     };
     Bundle {
         dir,
