@@ -397,6 +397,7 @@ fn range_hashes_are_exact_when_chunks_split_every_tensor() {
         &Options {
             chunk_bytes: Some(1000),
             range_hashes: true,
+            ..Options::default()
         },
         &CancelToken::default(),
         &|e: Event| events.lock().unwrap().push(e),

@@ -372,6 +372,68 @@ impl Module<'_> {
     }
 }
 
+/// The module of the MLX weight `index`: its scales (and biases) found by
+/// name beside it, whichever shards hold them, their bytes read through
+/// `payload` and checked against the shape.
+pub fn module_of<'p>(
+    payload: &'p crate::format::Payload<&crate::format::Bundle>,
+    index: usize,
+) -> Result<Module<'p>, String> {
+    use crate::format::Layout;
+    let bundle = payload.bundle();
+    let t = bundle.tensor(index).map_err(|e| e.to_string())?;
+    let Some(Layout::MlxCodes {
+        mode,
+        bits,
+        group,
+        experts,
+        rows,
+        cols,
+    }) = t.layout
+    else {
+        return Err(format!("{} is not an MLX quantized weight", t.name));
+    };
+    let prefix = t.name.strip_suffix(".weight").unwrap_or(&t.name);
+    let part = |p: &str| -> Result<Option<(usize, &'p [u8])>, String> {
+        let Some(i) = bundle.find(&format!("{prefix}.{p}")) else {
+            return Ok(None);
+        };
+        let bytes = payload.tensor_bytes(i).map_err(|e| e.to_string())?;
+        Ok(Some((i, bytes)))
+    };
+    if part("global_scale")?.is_some() {
+        return Err(format!(
+            "{prefix} has an nvfp4 global_scale, which bundlescope does not decode yet"
+        ));
+    }
+    let (si, scales) = part("scales")?.ok_or_else(|| format!("{prefix}.scales is missing"))?;
+    let scale_dtype = match bundle.tensor(si).map_err(|e| e.to_string())?.layout {
+        Some(Layout::MlxParams { dtype, .. }) => Some(dtype),
+        Some(Layout::MlxScales { .. }) => None,
+        _ => return Err(format!("{prefix}.scales has broken metadata")),
+    };
+    let biases = part("biases")?.map(|(_, b)| b);
+    let n = |v: u64| usize::try_from(v).map_err(|_| format!("{v} does not fit in memory"));
+    let m = Module {
+        mode,
+        bits,
+        group: n(group)?,
+        experts: n(experts)?,
+        rows: n(rows)?,
+        cols: n(cols)?,
+        weight: payload.tensor_bytes(index).map_err(|e| e.to_string())?,
+        scales,
+        biases: if mode == QuantMode::Affine {
+            biases
+        } else {
+            None
+        },
+        scale_dtype,
+    };
+    m.validate().map_err(|e| format!("{}: {e}", t.name))?;
+    Ok(m)
+}
+
 /// Value `index` of an affine scales or biases tensor of `dtype`.
 fn param(dtype: DenseDtype, bytes: &[u8], index: usize) -> f32 {
     match dtype {

@@ -4,6 +4,7 @@
 
 #[cfg(feature = "gui")]
 pub mod harness;
+pub mod mlxlm;
 pub mod nvfp4;
 
 use std::path::{Path, PathBuf};

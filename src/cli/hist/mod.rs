@@ -98,11 +98,19 @@ fn warn_findings(out: &ScanOutcome) {
 /// value summary for a dense one.
 fn tensor_json(t: &TensorInfo, stats: &TensorStats) -> Value {
     let mut o = json!({"tensor": t.name, "precision": t.precision.as_str()});
-    if let (Some(c), Some(s), Some(q)) = (&stats.codes, &stats.scales, &stats.quality) {
-        o["codes"] = json!({"bits": c.bits, "zero": c.zero, "counts": c.counts});
-        o["scales"] = json!({"dtype": s.dtype, "count": s.count, "min": s.min, "max": s.max,
-            "median": s.median, "p01": s.p01, "p99": s.p99, "bins": s.bins});
-        o["stats"] = json!(q);
+    // MLX-LM weights have codes without scales (those are their own
+    // tensor), and their U8 scales a distribution without codes.
+    if stats.codes.is_some() || stats.scales.is_some() {
+        if let Some(c) = &stats.codes {
+            o["codes"] = json!({"bits": c.bits, "zero": c.zero, "counts": c.counts});
+        }
+        if let Some(s) = &stats.scales {
+            o["scales"] = json!({"dtype": s.dtype, "count": s.count, "min": s.min, "max": s.max,
+                "median": s.median, "p01": s.p01, "p99": s.p99, "bins": s.bins});
+        }
+        if let Some(q) = &stats.quality {
+            o["stats"] = json!(q);
+        }
     } else if let Some(v) = &stats.values {
         o["source_dtype"] = json!(t.source_dtype);
         o["values"] = json!(v);

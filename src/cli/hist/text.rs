@@ -52,6 +52,21 @@ pub(super) fn print_tensor(t: &TensorInfo, stats: &TensorStats) {
         }
         println!();
         print_quality(q, c.bits);
+    } else if let Some(s) = &stats.scales {
+        println!(
+            "  {} · {} · scales ({}, {}): min {:.4e}  p01 {:.4e}  median {:.4e}  p99 {:.4e}  max {:.4e}  invalid {}",
+            t.precision.as_str(),
+            t.shape_text(),
+            s.dtype,
+            s.count,
+            s.min,
+            s.p01,
+            s.median,
+            s.p99,
+            s.max,
+            s.invalid
+        );
+        print_bins(&s.bins, 1);
     } else if let Some(v) = &stats.values {
         println!(
             "  original · {} · {} · {} values",

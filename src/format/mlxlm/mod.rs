@@ -217,7 +217,7 @@ fn open_dir(dir: PathBuf) -> Result<Bundle, OpenError> {
             reason: format!("the folder holds more than {MAX_SHARDS} .safetensors files"),
         });
     }
-    let weight_map = index.as_ref().map(|m| weight_map(m, &mut findings));
+    let weight_map = index.as_ref().and_then(|m| weight_map(m, &mut findings));
 
     // Shards: the index's, then any other file on disk (reported).
     let mut names: Vec<String> = Vec::new();
@@ -394,7 +394,12 @@ fn summary(config: &Map<String, Value>, quant: Option<&Value>, extra: &mut Vec<(
     }
 }
 
-fn weight_map(index: &Map<String, Value>, findings: &mut Vec<Finding>) -> BTreeMap<String, String> {
+/// The index's map, or `None` (and a finding) when it has none: then the
+/// shards on disk are read as if there were no index.
+fn weight_map(
+    index: &Map<String, Value>,
+    findings: &mut Vec<Finding>,
+) -> Option<BTreeMap<String, String>> {
     let Some(map) = index.get("weight_map").and_then(Value::as_object) else {
         findings.push(
             Finding::error(
@@ -406,7 +411,7 @@ fn weight_map(index: &Map<String, Value>, findings: &mut Vec<Finding>) -> BTreeM
             )
             .field("weight_map"),
         );
-        return BTreeMap::new();
+        return None;
     };
     let mut out = BTreeMap::new();
     for (name, shard) in map {
@@ -427,7 +432,7 @@ fn weight_map(index: &Map<String, Value>, findings: &mut Vec<Finding>) -> BTreeM
             ),
         }
     }
-    out
+    Some(out)
 }
 
 /// The shards' parsed headers.

@@ -1,0 +1,187 @@
+//! MLX-LM checkpoints written by MLX itself (tests/mlx_lm_checkpoint.py:
+//! mx.quantize + mx.save_safetensors, config.json, index), in every mode and
+//! in a mixed recipe with 2-, 3-, 5-, 6- and 8-bit modules: each audits
+//! valid, `export` equals `mx.dequantize` bit for bit, and `hist`'s code
+//! counts equal numpy's unpacking of the U32 words. Plus plain safetensors
+//! (a folder and a lone file) and the hash lists.
+
+mod common;
+
+use std::fs;
+
+use common::mlxlm::{Ckpt, py};
+use common::*;
+use sha2::Digest;
+
+/// Tensors covering an unstacked and a stacked (switch_mlp) module, and
+/// every width of the mixed recipe.
+const TENSORS: &[&str] = &[
+    "model.embed_tokens.weight",
+    "model.layers.0.mlp.down_proj.weight",
+    "model.layers.0.self_attn.v_proj.weight",
+    "model.layers.0.self_attn.o_proj.weight",
+    "model.layers.1.self_attn.v_proj.weight",
+    "model.layers.1.mlp.switch_mlp.down_proj.weight",
+];
+
+/// The data of a float32 .npy file and its header's shape text.
+fn npy(path: &std::path::Path) -> (String, Vec<u8>) {
+    let b = fs::read(path).unwrap();
+    let n = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = String::from_utf8_lossy(&b[10..10 + n]).into_owned();
+    assert!(header.contains("'<f4'"), "{header}");
+    let shape = header
+        .split("'shape': ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap()
+        .to_string();
+    (shape, b[10 + n..].to_vec())
+}
+
+#[test]
+fn mlx_written_checkpoints_audit_valid_and_export_and_counts_match_mlx() {
+    let modes: &[&[&str]] = &[
+        &["--mode", "affine"],
+        &["--mode", "affine", "--bits", "3", "--group", "32"],
+        &["--mode", "affine", "--bits", "8", "--group", "128"],
+        &["--mode", "mxfp4"],
+        &["--mode", "nvfp4"],
+        &["--mode", "mxfp8"],
+        &["--mixed"],
+    ];
+    for args in modes {
+        let Some(k) = Ckpt::mlx(args) else {
+            require_or_skip("Python with MLX", false);
+            return;
+        };
+        let run = audit_json(&k.dir);
+        let report = run.json();
+        assert_eq!(run.code, 0, "{args:?}: {report:#}");
+        assert_eq!(report["bundle"]["format"], "mlx-lm");
+        assert_eq!(report["files"].as_array().unwrap().len(), 2);
+        let tmp = tempfile::tempdir().unwrap();
+        for name in TENSORS {
+            let ours = tmp.path().join("ours.npy");
+            let theirs = tmp.path().join("mlx.npy");
+            let r = cli(&[
+                "export",
+                k.dir.to_str().unwrap(),
+                "--tensor",
+                name,
+                "--out",
+                ours.to_str().unwrap(),
+            ]);
+            assert_eq!(r.code, 0, "{}", r.stderr);
+            py(&[
+                "dequant",
+                k.dir.to_str().unwrap(),
+                name,
+                theirs.to_str().unwrap(),
+            ])
+            .unwrap();
+            let (a, b) = (npy(&ours), npy(&theirs));
+            assert_eq!(a.0, b.0, "{args:?} {name}: shape");
+            assert!(
+                a.1 == b.1,
+                "{args:?} {name}: values differ from mx.dequantize"
+            );
+            let hist = cli(&["hist", k.dir.to_str().unwrap(), "--tensor", name, "--json"]);
+            assert_eq!(hist.code, 0, "{}", hist.stderr);
+            let counts = &hist.json()["codes"]["counts"];
+            let numpy: serde_json::Value =
+                serde_json::from_str(&py(&["counts", k.dir.to_str().unwrap(), name]).unwrap())
+                    .unwrap();
+            assert_eq!(counts, &numpy, "{args:?} {name}: code counts");
+        }
+    }
+}
+
+#[test]
+fn mixed_recipe_modules_carry_their_own_bits() {
+    let Some(k) = Ckpt::mlx(&["--mixed"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    let report = audit_json(&k.dir).json();
+    let precision = |n: &str| {
+        report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == n)
+            .map(|t| t["precision"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(precision("model.layers.0.mlp.down_proj.weight"), "affine6");
+    assert_eq!(
+        precision("model.layers.0.self_attn.o_proj.weight"),
+        "affine2"
+    );
+    assert_eq!(
+        precision("model.layers.1.self_attn.v_proj.weight"),
+        "affine3"
+    );
+    assert_eq!(
+        precision("model.layers.1.mlp.switch_mlp.down_proj.weight"),
+        "affine5"
+    );
+    assert_eq!(
+        precision("model.layers.0.self_attn.v_proj.weight"),
+        "affine8"
+    );
+    assert_eq!(
+        precision("model.layers.0.self_attn.q_proj.weight"),
+        "affine4"
+    );
+    assert_eq!(precision("model.layers.1.mlp.gate.weight"), "original");
+}
+
+#[test]
+fn plain_safetensors_folders_and_files_open_and_hashes_are_verified() {
+    let Some((_k, src)) = Ckpt::with_source(&["--mode", "affine"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    let run = audit_json(&src);
+    let report = run.json();
+    assert_eq!(run.code, 0, "{report:#}");
+    assert_eq!(report["bundle"]["format"], "safetensors");
+    let shard = src.join("model-00001-of-00002.safetensors");
+    let sha = hex(&sha2::Sha256::digest(fs::read(&shard).unwrap()));
+    for f in report["files"].as_array().unwrap() {
+        assert_eq!(f["ok"], serde_json::Value::Null, "no hash list yet: {f}");
+        if f["file"] == "model-00001-of-00002.safetensors" {
+            assert_eq!(f["sha256"], sha.as_str());
+        }
+    }
+    // One file on its own.
+    let one = audit_json(&shard);
+    assert_eq!(one.code, 0, "{}", one.stdout);
+    assert_eq!(one.json()["files"].as_array().unwrap().len(), 1);
+    // --expect: right hash verified, wrong one an error naming --expect.
+    let path = src.to_str().unwrap();
+    let good = format!("model-00001-of-00002.safetensors={sha}");
+    let r = cli(&["audit", path, "--json", "--expect", &good]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let f = &r.json()["files"][0];
+    assert_eq!(f["ok"], true, "{f}");
+    let bad = format!("model-00001-of-00002.safetensors={}", "0".repeat(64));
+    let r = cli(&["audit", path, "--json", "--expect", &bad]);
+    assert_eq!(r.code, 1);
+    let report = r.json();
+    let hits = findings_of(&report, "payload.sha256");
+    assert!(hits[0]["message"].as_str().unwrap().contains("--expect"));
+    // SHA256SUMS in the folder.
+    fs::write(
+        src.join("SHA256SUMS"),
+        format!("{sha}  model-00001-of-00002.safetensors\n"),
+    )
+    .unwrap();
+    let r = audit_json(&src);
+    assert_eq!(r.code, 0);
+    assert_eq!(r.json()["files"][0]["ok"], true);
+    // A malformed --expect is a usage error.
+    let r = cli(&["audit", path, "--expect", "model.safetensors=zz"]);
+    assert_eq!(r.code, 2);
+}
