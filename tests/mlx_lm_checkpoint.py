@@ -9,6 +9,10 @@
     dequant DIR TENSOR OUT.npy
         mx.dequantize of the module whose weight is TENSOR, with the bits,
         group and mode its config gives, as float32 .npy.
+    quality DIR SRC TENSOR
+        ‖W_q − W‖ / ‖W‖ in float64 numpy, W_q = mx.dequantize of TENSOR's
+        module (as the model computes with it), W the source's BF16 tensor;
+        one figure per expert for stacked modules, as JSON.
     counts DIR TENSOR
         The code counts of TENSOR, unpacked with numpy from the shard's U32
         words (an LSB-first bit stream per row), as JSON.
@@ -149,6 +153,20 @@ def dequant(args):
     np.save(out, np.array(w.astype(mx.float32)))
 
 
+def quality(args):
+    directory, source, name = args
+    module = name[: -len(".weight")]
+    bits, group, mode = params(directory, module)
+    biases = load(directory, module + ".biases")[module + ".biases"] if mode == "affine" else None
+    scales = load(directory, module + ".scales")[module + ".scales"]
+    wq = mx.dequantize(load(directory, name)[name], scales, biases, group_size=group, bits=bits, mode=mode)
+    wq = np.array(wq.astype(mx.float32)).astype(np.float64)
+    w = np.array(load(source, name)[name].astype(mx.float32)).astype(np.float64)
+    wq, w = wq.reshape(-1, *wq.shape[-2:]), w.reshape(-1, *w.shape[-2:])
+    errs = [float(np.linalg.norm(a - b) / np.linalg.norm(b)) for a, b in zip(wq, w)]
+    print(json.dumps(errs))
+
+
 def counts(args):
     directory, name = args
     bits, _, _ = params(directory, name[: -len(".weight")])
@@ -164,4 +182,4 @@ def counts(args):
 
 
 if __name__ == "__main__":
-    {"write": write, "dequant": dequant, "counts": counts}[sys.argv[1]](sys.argv[2:])
+    {"write": write, "dequant": dequant, "counts": counts, "quality": quality}[sys.argv[1]](sys.argv[2:])

@@ -243,7 +243,9 @@ impl Module<'_> {
         self.cols / self.group.max(1)
     }
 
-    fn scale_size(&self) -> usize {
+    /// Bytes of one scale (or bias): the affine dtype's size, 1 for the
+    /// float modes' U8 scales.
+    pub fn scale_size(&self) -> usize {
         self.scale_dtype.map_or(1, |d| d.size() as usize)
     }
 
@@ -321,6 +323,35 @@ impl Module<'_> {
             }
             Some(d) => param(d, self.scales, index),
         }
+    }
+
+    /// Row `row` of `expert` in f64 without MLX's rounding of the result:
+    /// `scale · q + bias` (affine) or `value(q) · scale` from the stored
+    /// scale, bias and code, the product a `quantized_matmul` forms before
+    /// it accumulates. The spot checks' reference.
+    pub fn exact_row(&self, expert: usize, row: usize, out: &mut [f64]) -> Result<(), ModuleError> {
+        let mut codes = vec![0u8; self.cols];
+        self.codes(expert, row, &mut codes)?;
+        if out.len() != self.cols {
+            return Err(ModuleError::Range { expert, row });
+        }
+        let table = code_table(self.mode, self.bits);
+        let base = (expert * self.rows + row) * self.groups();
+        for (g, (oc, cc)) in out
+            .chunks_exact_mut(self.group)
+            .zip(codes.chunks_exact(self.group))
+            .enumerate()
+        {
+            let scale = f64::from(self.scale_at(base + g));
+            let bias = match (self.biases, self.scale_dtype) {
+                (Some(b), Some(d)) => f64::from(param(d, b, base + g)),
+                _ => 0.0,
+            };
+            for (v, &c) in oc.iter_mut().zip(cc) {
+                *v = scale * f64::from(table[usize::from(c)]) + bias;
+            }
+        }
+        Ok(())
     }
 
     /// Dequantizes rows `rows` of `expert` into `out` (`rows.len() × cols`),

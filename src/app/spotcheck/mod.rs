@@ -248,5 +248,7 @@ pub fn checkable(b: &Bundle, i: usize) -> bool {
     let Some(t) = b.resolve_alias(i).ok().and_then(|j| b.tensors.get(j)) else {
         return false;
     };
-    t.precision.packed().is_some() || t.precision == Precision::Nvfp4
+    t.precision.packed().is_some()
+        || t.precision == Precision::Nvfp4
+        || matches!(t.precision, Precision::Mlx(..))
 }
