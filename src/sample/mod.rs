@@ -2,6 +2,7 @@
 //! heavy-tailed weights quantised per the format's rules. Tests, the demo and
 //! the benchmarks all start from it.
 
+pub mod mlxlm;
 pub mod nvfp4;
 pub mod reference;
 
