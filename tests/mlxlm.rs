@@ -185,3 +185,85 @@ fn plain_safetensors_folders_and_files_open_and_hashes_are_verified() {
     let r = cli(&["audit", path, "--expect", "model.safetensors=zz"]);
     assert_eq!(r.code, 2);
 }
+
+/// `max / min` of a module's BF16 (affine) or E8M0 (mxfp4) scales, read
+/// from the shard's bytes here.
+fn scale_range(k: &Ckpt, module: &str, e8m0: bool) -> f64 {
+    let name = format!("{module}.scales");
+    let path = k.shard_of(&name);
+    let bytes = fs::read(&path).unwrap();
+    let (header, data) = Ckpt::header(&path);
+    let o = &header[&name]["data_offsets"];
+    let b = &bytes[data + o[0].as_u64().unwrap() as usize..data + o[1].as_u64().unwrap() as usize];
+    let v: Vec<f64> = if e8m0 {
+        b.iter().map(|&x| 2f64.powi(i32::from(x) - 127)).collect()
+    } else {
+        b.chunks_exact(2)
+            .map(|c| {
+                f64::from(f32::from_bits(
+                    u32::from(u16::from_le_bytes([c[0], c[1]])) << 16,
+                ))
+            })
+            .collect()
+    };
+    let max = v.iter().copied().fold(f64::MIN, f64::max);
+    let min = v.iter().copied().fold(f64::MAX, f64::min);
+    max / min
+}
+
+#[test]
+fn totals_count_scales_and_biases_with_their_module_and_scale_ranges_are_filled() {
+    for (args, label, bpw, e8m0) in [
+        (&["--mode", "affine"][..], "affine4", 4.5, false),
+        (&["--mode", "mxfp4"][..], "mxfp4", 4.25, true),
+    ] {
+        let Some((k, src)) = Ckpt::with_source(args) else {
+            require_or_skip("Python with MLX", false);
+            return;
+        };
+        let q = audit_json(&k.dir).json();
+        let s = audit_json(&src).json();
+        // The quantized model has the parameters of its BF16 source.
+        assert_eq!(
+            q["totals"]["parameters"], s["totals"]["parameters"],
+            "{args:?}"
+        );
+        assert_eq!(
+            q["totals"]["tensors"].as_u64().unwrap(),
+            q["tensors"].as_array().unwrap().len() as u64
+        );
+        let p = &q["totals"]["by_precision"];
+        assert!(
+            p.get("e8m0").is_none() && p.get("original").is_some(),
+            "{p:#}"
+        );
+        // Codes, scales (and biases) over the module's parameters.
+        let got = p[label]["bits_per_weight"].as_f64().unwrap();
+        assert!((got - bpw).abs() < 1e-9, "{args:?}: {got} bits per weight");
+        // MLX's affine scales take either sign (a group whose edge is its
+        // minimum gets a negative scale), so only the float modes' ranges
+        // are known from the pass's summaries.
+        if !e8m0 {
+            continue;
+        }
+        for module in [
+            "model.layers.0.mlp.up_proj",
+            "model.layers.1.mlp.switch_mlp.down_proj",
+        ] {
+            let t = q["tensors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == format!("{module}.weight"))
+                .unwrap();
+            let got = t["stats"]["quality"]["scale_dynamic_range"]
+                .as_f64()
+                .unwrap();
+            let want = scale_range(&k, module, e8m0);
+            assert!(
+                (got - want).abs() <= 1e-9 * want,
+                "{args:?} {module}: {got} vs {want}"
+            );
+        }
+    }
+}

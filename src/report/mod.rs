@@ -1,6 +1,8 @@
 //! The report: one schema for the CLI's `--json`, the GUI's "Save report…"
 //! and every later command. Built by folding audit [`Event`]s.
 
+mod mlxlm;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -109,11 +111,15 @@ pub fn totals(tensors: &[TensorInfo]) -> Totals {
             t.aliases += 1;
             continue;
         }
+        let member = mlxlm::counted_as(info);
         let p = t
             .by_precision
-            .entry(info.precision.as_str().to_string())
+            .entry(member.unwrap_or(info.precision.as_str()).to_string())
             .or_default();
-        let params = info.parameters().unwrap_or(0);
+        let params = match member {
+            Some(_) => 0,
+            None => info.parameters().unwrap_or(0),
+        };
         let bytes = info.bytes.unwrap_or(0);
         let resident = info.resident_bytes.unwrap_or(0);
         for (tensors, parameters, b, r) in [
@@ -245,6 +251,9 @@ impl ReportBuilder {
             Event::TensorDone { tensor, stats, .. } => {
                 if let Some(s) = self.stats.get_mut(*tensor) {
                     *s = Some((**stats).clone());
+                }
+                if let Some(b) = &self.bundle {
+                    mlxlm::merge_scales(b, &mut self.stats, *tensor);
                 }
             }
             Event::TensorHashed { tensor, sha256 } => {

@@ -1,0 +1,71 @@
+//! MLX-LM modules in the report: a quantized weight's scales live in a
+//! separate tensor, scanned on its own, so the weight's scale statistics
+//! are filled in once both have been scanned (in either order), and the
+//! totals count scales and biases as bytes of their module, not as
+//! parameters of the model.
+
+use crate::decode::stats::TensorStats;
+use crate::format::{Bundle, Layout, QuantMode, TensorInfo};
+
+/// `max / min` of a scales tensor's positive scales: the E8M0/E4M3 summary
+/// of a float mode, the value summary of affine scales when they are all
+/// positive (MLX gives a group whose edge is its minimum a negative scale,
+/// and the value summary does not know the smallest magnitude, so most
+/// affine modules keep 0: not measured).
+fn scale_range(s: &TensorStats) -> Option<f64> {
+    let (min, max) = match (&s.scales, &s.values) {
+        (Some(sc), _) => (sc.min, sc.max),
+        (None, Some(v)) => (v.min, v.max),
+        _ => return None,
+    };
+    (min > 0.0 && max.is_finite()).then(|| max / min)
+}
+
+/// After tensor `tensor`'s statistics arrived: when it is an MLX module's
+/// weight or scales and both have been scanned, the weight's
+/// `scale_dynamic_range` from its scales.
+pub(super) fn merge_scales(bundle: &Bundle, stats: &mut [Option<TensorStats>], tensor: usize) {
+    let Some(t) = bundle.tensors.get(tensor) else {
+        return;
+    };
+    let Some(prefix) = t
+        .name
+        .strip_suffix(".weight")
+        .or_else(|| t.name.strip_suffix(".scales"))
+    else {
+        return;
+    };
+    let (Some(w), Some(s)) = (
+        bundle.find(&format!("{prefix}.weight")),
+        bundle.find(&format!("{prefix}.scales")),
+    ) else {
+        return;
+    };
+    if !matches!(bundle.tensors[w].layout, Some(Layout::MlxCodes { .. })) {
+        return;
+    }
+    let Some(range) = stats.get(s).and_then(Option::as_ref).and_then(scale_range) else {
+        return;
+    };
+    if let Some(q) = stats
+        .get_mut(w)
+        .and_then(Option::as_mut)
+        .and_then(|st| st.quality.as_mut())
+    {
+        q.scale_dynamic_range = range;
+    }
+}
+
+/// The precision a tensor's bytes count under in the totals, and whether
+/// its elements are parameters: an MLX module's scales, biases and global
+/// scale count under their weight's precision (`affine4`, `mxfp4`…), with
+/// no parameters of their own.
+pub(super) fn counted_as(info: &TensorInfo) -> Option<&'static str> {
+    if matches!(info.precision, crate::format::Precision::Mlx(..)) {
+        return None;
+    }
+    let q = info.record.get("quantization")?;
+    let mode = QuantMode::parse(q.get("mode")?.as_str()?)?;
+    let bits = u8::try_from(q.get("bits")?.as_u64()?).ok()?;
+    Some(mode.label(bits))
+}
