@@ -1,11 +1,14 @@
 """MLX-LM checkpoints written by MLX itself, for bundlescope's tests.
 
-    write OUT --mode M [--bits B] [--group G] [--mixed] [--shards N] [--source SRC]
+    write OUT --mode M [--bits B] [--group G] [--mixed] [--global-scale] [--shards N] [--source SRC]
         A small Llama-style model with one stacked MoE layer (switch_mlp),
         quantized with mx.quantize and saved with mx.save_safetensors, with
         config.json (quantization and quantization_config blocks, per-module
         entries with --mixed) and model.safetensors.index.json, as mlx-lm's
         save_model writes them. --source also saves the BF16 model unquantized.
+        --global-scale (nvfp4): the stacked switch_mlp modules are quantized
+        expert by expert with a global scale each (max |W_e|), stored as
+        `global_scale` [E] F32 with a `global_scale: true` entry.
     dequant DIR TENSOR OUT.npy
         mx.dequantize of the module whose weight is TENSOR, with the bits,
         group and mode its config gives, as float32 .npy.
@@ -88,8 +91,8 @@ def save(out, tensors, config, shards):
 
 def write(args):
     out = Path(args[0])
-    flags = {a for a in args[1:] if a == "--mixed"}
-    rest = [a for a in args[1:] if a != "--mixed"]
+    flags = {a for a in args[1:] if a in ("--mixed", "--global-scale")}
+    rest = [a for a in args[1:] if a not in flags]
     opts = dict(zip(rest[::2], rest[1::2]))
     mode = opts.get("--mode", "affine")
     defaults = {"affine": (4, 64), "mxfp4": (4, 32), "nvfp4": (4, 16), "mxfp8": (8, 32)}[mode]
@@ -115,6 +118,14 @@ def write(args):
             b, g = MIXED[module]
             m = "affine"
             quant[module] = {"group_size": g, "bits": b, "mode": m}
+        if "--global-scale" in flags and m == "nvfp4" and w.ndim == 3:
+            gs = [mx.max(mx.abs(e)).astype(mx.float32) for e in w]
+            per = [mx.quantize(e, group_size=g, bits=b, mode=m, global_scale=s) for e, s in zip(w, gs)]
+            tensors[name] = mx.stack([p[0] for p in per])
+            tensors[module + ".scales"] = mx.stack([p[1] for p in per])
+            tensors[module + ".global_scale"] = mx.stack(gs)
+            quant[module] = {"group_size": g, "bits": b, "mode": m, "global_scale": True}
+            continue
         parts = mx.quantize(w, group_size=g, bits=b, mode=m)
         tensors[name] = parts[0]
         tensors[module + ".scales"] = parts[1]
@@ -149,7 +160,17 @@ def dequant(args):
     shard = load(directory, name)
     biases = load(directory, module + ".biases")[module + ".biases"] if mode == "affine" else None
     scales = load(directory, module + ".scales")[module + ".scales"]
-    w = mx.dequantize(shard[name], scales, biases, group_size=group, bits=bits, mode=mode)
+    index = json.loads((Path(directory) / "model.safetensors.index.json").read_text())
+    if module + ".global_scale" in index["weight_map"]:
+        # MLX takes the global scale as a scalar: one expert at a time.
+        gs = load(directory, module + ".global_scale")[module + ".global_scale"]
+        w = mx.stack([
+            mx.dequantize(shard[name][e], scales[e], None, group_size=group, bits=bits, mode=mode,
+                          global_scale=gs[e])
+            for e in range(gs.shape[0])
+        ])
+    else:
+        w = mx.dequantize(shard[name], scales, biases, group_size=group, bits=bits, mode=mode)
     np.save(out, np.array(w.astype(mx.float32)))
 
 

@@ -267,3 +267,48 @@ fn totals_count_scales_and_biases_with_their_module_and_scale_ranges_are_filled(
         }
     }
 }
+
+#[test]
+fn nvfp4_global_scale_modules_export_as_mx_dequantize_does() {
+    let Some(k) = Ckpt::mlx(&["--mode", "nvfp4", "--global-scale"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    let run = audit_json(&k.dir);
+    let report = run.json();
+    assert_eq!(run.code, 0, "{report:#}");
+    let globals = report["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"].as_str().unwrap().ends_with(".global_scale"))
+        .count();
+    assert_eq!(globals, 3, "one per stacked module");
+    let tmp = tempfile::tempdir().unwrap();
+    for name in [
+        "model.layers.1.mlp.switch_mlp.down_proj.weight",
+        "model.layers.1.mlp.switch_mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+    ] {
+        let (ours, theirs) = (tmp.path().join("o.npy"), tmp.path().join("m.npy"));
+        let r = cli(&[
+            "export",
+            k.dir.to_str().unwrap(),
+            "--tensor",
+            name,
+            "--out",
+            ours.to_str().unwrap(),
+        ]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        py(&[
+            "dequant",
+            k.dir.to_str().unwrap(),
+            name,
+            theirs.to_str().unwrap(),
+        ])
+        .unwrap();
+        let (a, b) = (npy(&ours), npy(&theirs));
+        assert_eq!(a.0, b.0, "{name}: shape");
+        assert!(a.1 == b.1, "{name}: values differ from mx.dequantize");
+    }
+}

@@ -265,3 +265,23 @@ fn a_doubled_scale_fails_the_quality_against_the_source() {
         bad[0]
     );
 }
+
+#[test]
+fn nvfp4_experts_with_a_global_scale_go_through_dequantize_and_matmul() {
+    let Some(k) = Ckpt::mlx(&["--mode", "nvfp4", "--global-scale"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    let (code, report) = spotcheck(&k.dir, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    let rs = results(&report);
+    assert_eq!(rs.len(), CHECKS);
+    let stacked: Vec<&Value> = rs.iter().filter(|r| r["tensor"] == STACKED).collect();
+    assert_eq!(stacked.len(), 4);
+    for r in &stacked {
+        assert_eq!(r["mlx_op"], "dequantize+matmul", "{r}");
+        assert!(r["rel_err"].as_f64().unwrap() <= 1e-5, "{r}");
+    }
+    // Unstacked modules have no global scale: quantized_matmul.
+    assert!(rs.iter().any(|r| r["mlx_op"] == "quantized_matmul"));
+}

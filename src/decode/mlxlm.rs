@@ -6,7 +6,9 @@
 //! - affine: `round_T(round_T(scale · q) + bias)`, `T` the scales' dtype
 //!   (MLX computes each operation in f32 and rounds it to `T`);
 //! - mxfp4: `round_bf16(e2m1(q) · 2^(s − 127))`, E8M0 scale byte `s`;
-//! - nvfp4: `round_bf16(e2m1(q) · e4m3(s))`;
+//! - nvfp4: `round_bf16(e2m1(q) · e4m3(s))`; with a per-expert global
+//!   scale `g`, `e2m1(q) · (e4m3(s) · (g / 2688))` in float32, each product
+//!   rounded to f32 and the result left in float32 (as MLX returns it);
 //! - mxfp8: `round_bf16(e4m3(q) · 2^(s − 127))`.
 //!
 //! (MLX's float modes return bfloat16 unless told otherwise; checked
@@ -199,6 +201,9 @@ pub struct Module<'a> {
     pub biases: Option<&'a [u8]>,
     /// The affine scales' dtype (`None` for the float modes).
     pub scale_dtype: Option<DenseDtype>,
+    /// nvfp4 with `global_scale: true`: one F32 global scale per expert
+    /// (little-endian bytes).
+    pub global: Option<&'a [u8]>,
 }
 
 /// Why a module's bytes cannot be decoded.
@@ -274,6 +279,15 @@ impl Module<'_> {
                 need,
             });
         }
+        if let Some(g) = self.global
+            && g.len() != self.experts * 4
+        {
+            return Err(ModuleError::Length {
+                what: "global_scale",
+                have: g.len(),
+                need: self.experts * 4,
+            });
+        }
         match (self.mode, self.biases) {
             (QuantMode::Affine, Some(b)) if b.len() != need => Err(ModuleError::Length {
                 what: "biases",
@@ -291,7 +305,19 @@ impl Module<'_> {
 
     /// The rounding of this module's values.
     pub fn round(&self) -> Round {
+        if self.global.is_some() {
+            // MLX dequantizes with a float32 global scale to float32.
+            return Round::F32;
+        }
         self.scale_dtype.map_or(Round::Bf16, Round::of)
+    }
+
+    /// Expert `expert`'s global scale divided as MLX divides it
+    /// (`g / (448 · 6)` in f32), or `None` without a global scale.
+    pub fn global_factor(&self, expert: usize) -> Option<f32> {
+        let b = self.global?.get(expert * 4..expert * 4 + 4)?;
+        let g = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        Some(g / super::nvfp4::GLOBAL_DIVISOR)
     }
 
     /// Codes of one row.
@@ -342,7 +368,10 @@ impl Module<'_> {
             .zip(codes.chunks_exact(self.group))
             .enumerate()
         {
-            let scale = f64::from(self.scale_at(base + g));
+            let mut scale = f64::from(self.scale_at(base + g));
+            if let Some(f) = self.global_factor(expert) {
+                scale *= f64::from(f);
+            }
             let bias = match (self.biases, self.scale_dtype) {
                 (Some(b), Some(d)) => f64::from(param(d, b, base + g)),
                 _ => 0.0,
@@ -377,12 +406,18 @@ impl Module<'_> {
             self.codes(expert, row, &mut codes)?;
             let o = &mut out[k * self.cols..(k + 1) * self.cols];
             let base = (expert * self.rows + row) * groups;
+            let global = self.global_factor(expert);
             for (g, (oc, cc)) in o
                 .chunks_exact_mut(self.group)
                 .zip(codes.chunks_exact(self.group))
                 .enumerate()
             {
-                let scale = self.scale_at(base + g);
+                // nvfp4 with a global scale: value · (scale · (g / 2688)),
+                // each product in f32, as MLX computes it.
+                let scale = match global {
+                    Some(f) => self.scale_at(base + g) * f,
+                    None => self.scale_at(base + g),
+                };
                 match (self.biases, self.scale_dtype) {
                     (Some(b), Some(d)) => {
                         let bias = param(d, b, base + g);
@@ -432,11 +467,13 @@ pub fn module_of<'p>(
         let bytes = payload.tensor_bytes(i).map_err(|e| e.to_string())?;
         Ok(Some((i, bytes)))
     };
-    if part("global_scale")?.is_some() {
-        return Err(format!(
-            "{prefix} has an nvfp4 global_scale, which bundlescope does not decode yet"
-        ));
-    }
+    let global = match part("global_scale")? {
+        None => None,
+        Some((gi, bytes)) => match bundle.tensor(gi).map_err(|e| e.to_string())?.layout {
+            Some(Layout::GlobalScale { .. }) if mode == QuantMode::Nvfp4 => Some(bytes),
+            _ => return Err(format!("{prefix}.global_scale has broken metadata")),
+        },
+    };
     let (si, scales) = part("scales")?.ok_or_else(|| format!("{prefix}.scales is missing"))?;
     let scale_dtype = match bundle.tensor(si).map_err(|e| e.to_string())?.layout {
         Some(Layout::MlxParams { dtype, .. }) => Some(dtype),
@@ -460,6 +497,7 @@ pub fn module_of<'p>(
             None
         },
         scale_dtype,
+        global,
     };
     m.validate().map_err(|e| format!("{}: {e}", t.name))?;
     Ok(m)
@@ -527,6 +565,7 @@ mod tests {
             scales: &1.0f32.to_le_bytes(),
             biases: Some(&(-1.0f32).to_le_bytes()),
             scale_dtype: Some(DenseDtype::F32),
+            global: None,
         };
         let mut out = vec![0f32; 32];
         m.dequantize(0, 0..1, &mut out).unwrap();
@@ -547,6 +586,7 @@ mod tests {
             scales: &[127u8; 2],
             biases: None,
             scale_dtype: None,
+            global: None,
         };
         let mut out = vec![0f32; 64];
         assert!(m.dequantize(0, 0..2, &mut out).is_err());

@@ -2,7 +2,9 @@
 //! one matrix at a time, one expert at a time for stacked `switch_mlp`
 //! layers: the rows checked are copied out of the module's weight, scales
 //! and biases exactly as stored, MLX computes `x · Wᵀ` with
-//! `quantized_matmul(..., mode)` (MLX's CPU has a kernel for every mode),
+//! `quantized_matmul(..., mode)` (MLX's CPU has a kernel for every mode;
+//! nvfp4 modules with a per-expert global scale go through
+//! `dequantize(..., global_scale)` then `matmul`, which MLX's CPU can do),
 //! and the f64 product with `W` from bundlescope's decoder
 //! ([`crate::decode::mlxlm::Module::exact_row`]: `scale · q + bias` from the
 //! stored values, before any rounding of the result) must agree with it.
@@ -178,7 +180,27 @@ pub(super) fn check(
         XDtype::Bf16 => Floats::Bf16(&x_bits),
     };
     let started = Instant::now();
-    let y = mlx_product(&m, &g, xin, opts)?;
+    let (y, op) = match m.global {
+        // MLX has no quantized_matmul with a global scale on the CPU (its
+        // gather_qmm takes one on the GPU only): dequantize the expert
+        // with its global scale, then matmul, as for mlx-nvfp4 experts.
+        Some(gb) => {
+            let global = gb
+                .get(e * 4..e * 4 + 4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .ok_or_else(|| err(format!("its global_scale holds no value for expert {e}")))?;
+            let w = mlx::Nvfp4Weights {
+                words: &g.words,
+                scales: &g.scales,
+                rows: n,
+                cols: m.cols,
+            };
+            let wd = mlx::dequantize_nvfp4(opts.device, &w, Some(global))?;
+            let y = mlx::matmul_nt(opts.device, &x, opts.batch, &wd, n, m.cols)?;
+            (y, "dequantize+matmul")
+        }
+        None => (mlx_product(&m, &g, xin, opts)?, "quantized_matmul"),
+    };
     let time_s = started.elapsed().as_secs_f64();
 
     let started = Instant::now();
@@ -201,7 +223,7 @@ pub(super) fn check(
             Finding::error(
                 CHECK_MLX,
                 format!(
-                    "{}MLX quantized_matmul ({} {}-bit, group {}) on {device} ({} x, batch {}) is {:.3e} (relative) from the decoder's f64 product; at most {tolerance:.1e} expected (max abs {:.3e}, cosine {:.6})",
+                    "{}MLX {op} ({} {}-bit, group {}) on {device} ({} x, batch {}) is {:.3e} (relative) from the decoder's f64 product; at most {tolerance:.1e} expected (max abs {:.3e}, cosine {:.6})",
                     expert.map_or(String::new(), |e| format!("expert {e}: ")),
                     m.mode.as_str(),
                     m.bits,
@@ -220,7 +242,7 @@ pub(super) fn check(
         tensor: t.name.clone(),
         kind: Kind::Matmul,
         expert,
-        mlx_op: "quantized_matmul".into(),
+        mlx_op: op.into(),
         precision: t.precision.as_str().to_string(),
         device: device.to_string(),
         dtype: opts.dtype,
