@@ -4,6 +4,8 @@
 //! totals count scales and biases as bytes of their module, not as
 //! parameters of the model.
 
+use std::collections::HashMap;
+
 use crate::decode::stats::TensorStats;
 use crate::format::{Bundle, Layout, QuantMode, TensorInfo};
 
@@ -21,29 +23,34 @@ fn scale_range(s: &TensorStats) -> Option<f64> {
     (min > 0.0 && max.is_finite()).then(|| max / min)
 }
 
-/// After tensor `tensor`'s statistics arrived: when it is an MLX module's
-/// weight or scales and both have been scanned, the weight's
-/// `scale_dynamic_range` from its scales.
-pub(super) fn merge_scales(bundle: &Bundle, stats: &mut [Option<TensorStats>], tensor: usize) {
-    let Some(t) = bundle.tensors.get(tensor) else {
-        return;
-    };
-    let Some(prefix) = t
-        .name
-        .strip_suffix(".weight")
-        .or_else(|| t.name.strip_suffix(".scales"))
-    else {
-        return;
-    };
-    let (Some(w), Some(s)) = (
-        bundle.find(&format!("{prefix}.weight")),
-        bundle.find(&format!("{prefix}.scales")),
-    ) else {
-        return;
-    };
-    if !matches!(bundle.tensors[w].layout, Some(Layout::MlxCodes { .. })) {
-        return;
+/// For each tensor: `(weight, scales)` when it is an MLX module's
+/// quantized weight or its scales.
+pub(super) fn modules(bundle: &Bundle) -> Vec<Option<(usize, usize)>> {
+    let mut out = vec![None; bundle.tensors.len()];
+    let by_name: HashMap<&str, usize> = bundle
+        .tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    for (w, t) in bundle.tensors.iter().enumerate() {
+        if !matches!(t.layout, Some(Layout::MlxCodes { .. })) {
+            continue;
+        }
+        let Some(prefix) = t.name.strip_suffix(".weight") else {
+            continue;
+        };
+        if let Some(&s) = by_name.get(format!("{prefix}.scales").as_str()) {
+            out[w] = Some((w, s));
+            out[s] = Some((w, s));
+        }
     }
+    out
+}
+
+/// After a module's weight or scales was scanned: once both have been,
+/// the weight's `scale_dynamic_range` from its scales.
+pub(super) fn merge_scales((w, s): (usize, usize), stats: &mut [Option<TensorStats>]) {
     let Some(range) = stats.get(s).and_then(Option::as_ref).and_then(scale_range) else {
         return;
     };

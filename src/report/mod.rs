@@ -196,6 +196,9 @@ pub struct ReportBuilder {
     pub range_hashes: Vec<Option<String>>,
     /// Set when finished.
     pub outcome: Option<Result<Outcome, Failure>>,
+    /// MLX-LM modules: for a quantized weight or its scales, the pair
+    /// `(weight, scales)` (found once, by name, when the bundle opens).
+    mlx_modules: Vec<Option<(usize, usize)>>,
 }
 
 impl ReportBuilder {
@@ -217,6 +220,7 @@ impl ReportBuilder {
                 self.progress = vec![(0, 0, 0.0); b.files.len()];
                 self.stats = vec![None; b.tensors.len()];
                 self.range_hashes = vec![None; b.tensors.len()];
+                self.mlx_modules = mlxlm::modules(b);
                 self.bundle = Some(b.clone());
             }
             Event::Started { files, .. } => {
@@ -252,8 +256,8 @@ impl ReportBuilder {
                 if let Some(s) = self.stats.get_mut(*tensor) {
                     *s = Some((**stats).clone());
                 }
-                if let Some(b) = &self.bundle {
-                    mlxlm::merge_scales(b, &mut self.stats, *tensor);
+                if let Some(Some(pair)) = self.mlx_modules.get(*tensor) {
+                    mlxlm::merge_scales(*pair, &mut self.stats);
                 }
             }
             Event::TensorHashed { tensor, sha256 } => {

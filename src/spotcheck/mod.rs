@@ -285,9 +285,11 @@ impl Report {
             bundle: bundle.dir.clone(),
             reference_dir: opts.reference.as_ref().map(|r| r.path().to_path_buf()),
             reference_only: opts.reference.as_ref().map_or_else(Vec::new, |r| {
+                let names: std::collections::HashSet<&str> =
+                    bundle.tensors.iter().map(|t| t.name.as_str()).collect();
                 r.names()
                     .into_iter()
-                    .filter(|n| bundle.find(n).is_none())
+                    .filter(|n| !names.contains(n))
                     .map(str::to_string)
                     .collect()
             }),
