@@ -127,3 +127,44 @@ fn run_on_mlx_checks_each_expert_of_a_stacked_module() {
     h.select("model.norm.weight");
     assert!(!h.shows("Run on MLX"));
 }
+
+#[cfg(feature = "mlx")]
+#[test]
+fn spot_check_all_against_the_bf16_source_passes_every_module_and_expert() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, src) = (tmp.path().join("ck"), tmp.path().join("src"));
+    let r = common::cli(&[
+        "sample",
+        dir.to_str().unwrap(),
+        "--format",
+        "mlx-lm",
+        "--mode",
+        "mxfp4",
+        "--reference",
+        src.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let mut h = Gui::new(GuiOptions {
+        size: [1500.0, 900.0],
+        cache: false,
+        ..GuiOptions::default()
+    });
+    h.open(&dir);
+    h.send(bundlescope::app::Command::SetReference(src.clone()));
+    h.harness.run_steps(2);
+    h.wait_spot();
+    h.harness.get_by_label("Spot-check all").click();
+    h.harness.run_steps(2);
+    h.wait_spot();
+    let report = h.state().spot().all.clone().expect("a report");
+    // 13 modules and 3 stacked ones of 4 experts, each against its source.
+    assert_eq!(
+        (report.passed, report.failed),
+        (25, 0),
+        "{:?}",
+        report.results
+    );
+    assert!(report.results.iter().all(|r| r.reference.is_some()));
+    assert!(report.reference_only.is_empty());
+    assert!(h.shows("25 passed"));
+}
