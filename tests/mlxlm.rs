@@ -312,3 +312,47 @@ fn nvfp4_global_scale_modules_export_as_mx_dequantize_does() {
         assert!(a.1 == b.1, "{name}: values differ from mx.dequantize");
     }
 }
+
+#[test]
+fn hist_all_aggregates_each_mlx_precision_as_numpy_counts_it() {
+    let Some(k) = Ckpt::mlx(&["--mixed"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    let dir = k.dir.to_str().unwrap();
+    let report = audit_json(&k.dir).json();
+    let r = cli(&["hist", dir, "--all", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = r.json();
+    let aggs = out["aggregates"].as_array().unwrap();
+    let labels: Vec<&str> = aggs
+        .iter()
+        .map(|a| a["precision"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "affine2", "affine3", "affine4", "affine5", "affine6", "affine8"
+        ]
+    );
+    for a in aggs {
+        let label = a["precision"].as_str().unwrap();
+        let names: Vec<&str> = report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["precision"] == label)
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(a["tensors"], names.len(), "{label}");
+        let mut want: Vec<u64> = Vec::new();
+        for name in names {
+            let c: Vec<u64> = serde_json::from_str(&py(&["counts", dir, name]).unwrap()).unwrap();
+            want.resize(c.len(), 0);
+            for (w, n) in want.iter_mut().zip(c) {
+                *w += n;
+            }
+        }
+        assert_eq!(a["codes"]["counts"], serde_json::json!(want), "{label}");
+    }
+}

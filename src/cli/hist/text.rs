@@ -183,7 +183,7 @@ pub(super) fn print_aggregates(aggs: &[Aggregate]) {
         let c = &g.codes;
         println!(
             "\n{}: {} tensors, {} codes · entropy {:.3} bits (mean {:.3}) · clipping {} (mean {}) · zero groups {} of {} · outlier rows {} · reserved codes {} · suspicion mean {:.2}, max {:.2}",
-            g.kind.precision().as_str(),
+            g.label,
             g.tensors,
             c.total(),
             c.entropy_bits(),
