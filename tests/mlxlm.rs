@@ -356,3 +356,88 @@ fn hist_all_aggregates_each_mlx_precision_as_numpy_counts_it() {
         assert_eq!(a["codes"]["counts"], serde_json::json!(want), "{label}");
     }
 }
+
+/// The float32 values of a tensor as `export` writes them.
+fn exported(dir: &std::path::Path, name: &str, out: &std::path::Path) -> Vec<f32> {
+    let r = cli(&[
+        "export",
+        dir.to_str().unwrap(),
+        "--tensor",
+        name,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    npy(out)
+        .1
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn diff_of_two_mlx_lm_checkpoints_measures_each_changed_module() {
+    let (Some(a), Some(b)) = (
+        Ckpt::mlx(&["--mode", "affine"]),
+        Ckpt::mlx(&["--mode", "affine"]),
+    ) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    // B: row 5 of one module's BF16 scales doubled; one word of another's codes flipped.
+    let scaled = "model.layers.0.self_attn.k_proj";
+    b.patch(&format!("{scaled}.scales"), |s| {
+        for v in s[5 * 4..6 * 4].chunks_exact_mut(2) {
+            let x = u16::from_le_bytes([v[0], v[1]]) + 0x80;
+            v.copy_from_slice(&x.to_le_bytes());
+        }
+    });
+    let coded = "model.layers.1.mlp.switch_mlp.up_proj.weight";
+    b.patch(coded, |w| {
+        for x in &mut w[1000..1004] {
+            *x ^= 0xff;
+        }
+    });
+    let r = cli(&[
+        "diff",
+        a.dir.to_str().unwrap(),
+        b.dir.to_str().unwrap(),
+        "--json",
+    ]);
+    let report = r.json();
+    let rows = report["tensors"].as_array().unwrap();
+    let changed: Vec<&serde_json::Value> =
+        rows.iter().filter(|t| t["status"] == "changed").collect();
+    assert_eq!(changed.len(), 2, "{report:#}");
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, weight, part) in [
+        (
+            format!("{scaled}.scales"),
+            format!("{scaled}.weight"),
+            "scales",
+        ),
+        (coded.to_string(), coded.to_string(), "codes"),
+    ] {
+        let row = changed.iter().find(|t| t["name"] == name.as_str()).unwrap();
+        assert_eq!(row["differs"], serde_json::json!([part]), "{row}");
+        let va = exported(&a.dir, &weight, &tmp.path().join("a.npy"));
+        let vb = exported(&b.dir, &weight, &tmp.path().join("b.npy"));
+        let (mut d, mut s) = (0f64, 0f64);
+        for (x, y) in va.iter().zip(&vb) {
+            let (x, y) = (f64::from(*x), f64::from(*y));
+            d += (y - x) * (y - x);
+            s += x * x;
+        }
+        let want = (d / s).sqrt();
+        let got = row["weight_rel_err"].as_f64().unwrap();
+        assert!(
+            want > 0.0 && (got - want).abs() <= 1e-9 * want,
+            "{name}: {got} vs {want}"
+        );
+    }
+    let row = changed
+        .iter()
+        .find(|t| t["name"] == format!("{scaled}.scales").as_str())
+        .unwrap();
+    assert_eq!(row["worst_row"]["row"], 5);
+}
