@@ -186,7 +186,8 @@ fn plain_safetensors_folders_and_files_open_and_hashes_are_verified() {
     assert_eq!(r.code, 2);
 }
 
-/// `max / min` of a module's BF16 (affine) or E8M0 (mxfp4) scales, read
+/// `max / min` of the nonzero magnitudes of a module's BF16 (affine) or
+/// E8M0 (mxfp4) scales, read
 /// from the shard's bytes here.
 fn scale_range(k: &Ckpt, module: &str, e8m0: bool) -> f64 {
     let name = format!("{module}.scales");
@@ -206,8 +207,11 @@ fn scale_range(k: &Ckpt, module: &str, e8m0: bool) -> f64 {
             })
             .collect()
     };
-    let max = v.iter().copied().fold(f64::MIN, f64::max);
-    let min = v.iter().copied().fold(f64::MAX, f64::min);
+    // Magnitudes: MLX's affine scales take either sign (a group whose edge
+    // is its minimum gets a negative scale).
+    let a = v.iter().map(|x| x.abs()).filter(|&x| x > 0.0);
+    let max = a.clone().fold(f64::MIN, f64::max);
+    let min = a.fold(f64::MAX, f64::min);
     max / min
 }
 
@@ -240,12 +244,6 @@ fn totals_count_scales_and_biases_with_their_module_and_scale_ranges_are_filled(
         // Codes, scales (and biases) over the module's parameters.
         let got = p[label]["bits_per_weight"].as_f64().unwrap();
         assert!((got - bpw).abs() < 1e-9, "{args:?}: {got} bits per weight");
-        // MLX's affine scales take either sign (a group whose edge is its
-        // minimum gets a negative scale), so only the float modes' ranges
-        // are known from the pass's summaries.
-        if !e8m0 {
-            continue;
-        }
         for module in [
             "model.layers.0.mlp.up_proj",
             "model.layers.1.mlp.switch_mlp.down_proj",

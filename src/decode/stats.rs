@@ -168,6 +168,11 @@ pub struct TensorStats {
     /// Per-expert global scales (mlx-nvfp4 `global_scale` tensors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_scales: Option<Vec<f64>>,
+    /// The smallest and largest nonzero finite magnitude of an MLX-LM
+    /// module's affine scales (which take either sign): its weight's scale
+    /// range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abs_range: Option<[f64; 2]>,
 }
 
 /// Distribution of a stacked E4M3 scale tensor, overall and per expert.

@@ -1,6 +1,6 @@
 //! MLX-LM modules in the report: a quantized weight's scales live in a
-//! separate tensor, scanned on its own, so the weight's scale statistics
-//! are filled in once both have been scanned (in either order), and the
+//! separate tensor, scanned on its own, so the weight's scale range is
+//! filled in once both have been scanned (in either order), and the
 //! totals count scales and biases as bytes of their module, not as
 //! parameters of the model.
 
@@ -9,15 +9,13 @@ use std::collections::HashMap;
 use crate::decode::stats::TensorStats;
 use crate::format::{Bundle, Layout, QuantMode, TensorInfo};
 
-/// `max / min` of a scales tensor's positive scales: the E8M0/E4M3 summary
-/// of a float mode, the value summary of affine scales when they are all
-/// positive (MLX gives a group whose edge is its minimum a negative scale,
-/// and the value summary does not know the smallest magnitude, so most
-/// affine modules keep 0: not measured).
+/// `max / min` of a scales tensor's scales: the E8M0/E4M3 summary of a
+/// float mode, the nonzero magnitudes of affine scales (which take either
+/// sign: MLX gives a group whose edge is its minimum a negative scale).
 fn scale_range(s: &TensorStats) -> Option<f64> {
-    let (min, max) = match (&s.scales, &s.values) {
+    let (min, max) = match (&s.scales, s.abs_range) {
         (Some(sc), _) => (sc.min, sc.max),
-        (None, Some(v)) => (v.min, v.max),
+        (None, Some([min, max])) => (min, max),
         _ => return None,
     };
     (min > 0.0 && max.is_finite()).then(|| max / min)

@@ -272,3 +272,80 @@ impl ScalesScan {
         out
     }
 }
+
+/// The magnitudes of an affine module's scales (F16, BF16 or F32), beside
+/// the dense checks the scales get: the smallest and largest nonzero
+/// finite `|s|`, for the weight's scale range.
+pub(super) struct AbsRange {
+    dtype: crate::format::DenseDtype,
+    carry: Carry,
+    min: f32,
+    max: f32,
+}
+
+impl AbsRange {
+    pub(super) fn new(dtype: crate::format::DenseDtype) -> Self {
+        Self {
+            dtype,
+            carry: Carry::new(dtype.size() as usize),
+            min: f32::INFINITY,
+            max: 0.0,
+        }
+    }
+
+    pub(super) fn feed(&mut self, data: &[u8]) {
+        use crate::decode::{bf16_to_f32, f16_to_f32};
+        use crate::format::DenseDtype;
+        let (dtype, min, max) = (self.dtype, &mut self.min, &mut self.max);
+        self.carry.feed(data, |whole| {
+            let mut see = |v: f32| {
+                let a = v.abs();
+                if a.is_finite() && a > 0.0 {
+                    *min = min.min(a);
+                    *max = max.max(a);
+                }
+            };
+            match dtype {
+                DenseDtype::F32 => whole
+                    .chunks_exact(4)
+                    .for_each(|c| see(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+                DenseDtype::Bf16 => whole
+                    .chunks_exact(2)
+                    .for_each(|c| see(bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))),
+                DenseDtype::F16 => whole
+                    .chunks_exact(2)
+                    .for_each(|c| see(f16_to_f32(u16::from_le_bytes([c[0], c[1]])))),
+            }
+        });
+    }
+
+    /// `[min, max]`, when some scale was nonzero and finite.
+    pub(super) fn finish(self) -> Option<[f64; 2]> {
+        (self.min <= self.max).then(|| [f64::from(self.min), f64::from(self.max)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::f32_to_bf16;
+    use crate::format::DenseDtype;
+
+    #[test]
+    fn abs_range_ignores_signs_zeros_and_how_the_bytes_are_cut() {
+        let vals = [0.5f32, -4.0, 0.0, 0.25, -0.125, f32::NAN, 2.0];
+        let bytes: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| f32_to_bf16(v).to_le_bytes())
+            .collect();
+        for cut in 0..=bytes.len() {
+            let mut r = AbsRange::new(DenseDtype::Bf16);
+            r.feed(&bytes[..cut]);
+            r.feed(&bytes[cut..]);
+            assert_eq!(r.finish(), Some([0.125, 4.0]), "cut at {cut}");
+        }
+        let mut r = AbsRange::new(DenseDtype::F32);
+        r.feed(&0f32.to_le_bytes());
+        assert_eq!(r.finish(), None);
+    }
+}

@@ -96,6 +96,8 @@ enum Kind {
     MlxCodes(Box<mlx::CodesScan>),
     /// MLX U8 scales (E8M0, E4M3).
     MlxScales(Box<mlx::ScalesScan>),
+    /// MLX affine scales: the dense checks, and their magnitudes' range.
+    MlxAffineScales(Box<Dense>, Box<mlx::AbsRange>),
 }
 
 impl Scanner {
@@ -137,11 +139,18 @@ impl Scanner {
                 experts,
                 per_expert,
             } => Kind::MlxScales(Box::new(mlx::ScalesScan::new(kind, experts, per_expert))),
-            Layout::MlxParams { dtype, .. } => Kind::Dense(Box::new(Dense::with_check(
-                dtype,
-                start,
-                crate::finding::checks::MLXLM_SCALES,
-            ))),
+            Layout::MlxParams { dtype, .. } => {
+                let dense = Box::new(Dense::with_check(
+                    dtype,
+                    start,
+                    crate::finding::checks::MLXLM_SCALES,
+                ));
+                if t.name.ends_with(".scales") {
+                    Kind::MlxAffineScales(dense, Box::new(mlx::AbsRange::new(dtype)))
+                } else {
+                    Kind::Dense(dense)
+                }
+            }
         };
         Some(Self {
             tensor: index,
@@ -172,6 +181,10 @@ impl Scanner {
             Kind::Packed(p) => p.feed(self.pos, data),
             Kind::MlxCodes(m) => m.feed(data),
             Kind::MlxScales(m) => m.feed(self.start, self.pos, data),
+            Kind::MlxAffineScales(d, r) => {
+                d.feed(data);
+                r.feed(data);
+            }
         }
         self.pos += data.len() as u64;
     }
@@ -188,6 +201,10 @@ impl Scanner {
             Kind::Packed(p) => p.finish(name, &mut findings),
             Kind::MlxCodes(m) => m.finish(name, &mut findings),
             Kind::MlxScales(m) => m.finish(name, self.start, &mut findings),
+            Kind::MlxAffineScales(d, r) => TensorStats {
+                abs_range: r.finish(),
+                ..d.finish(name, &mut findings)
+            },
         };
         ScanOutcome { findings, stats }
     }
