@@ -439,3 +439,67 @@ fn diff_of_two_mlx_lm_checkpoints_measures_each_changed_module() {
         .unwrap();
     assert_eq!(row["worst_row"]["row"], 5);
 }
+
+#[test]
+fn outlier_rows_come_from_the_scales_tensor() {
+    for (args, e8m0) in [
+        (&["--mode", "affine"][..], false),
+        (&["--mode", "mxfp4"][..], true),
+    ] {
+        let Some(k) = Ckpt::mlx(args) else {
+            require_or_skip("Python with MLX", false);
+            return;
+        };
+        let module = "model.layers.0.mlp.up_proj";
+        // Row 7's scales ×16: BF16 exponent +4, E8M0 byte +4.
+        k.patch(&format!("{module}.scales"), |s| {
+            if e8m0 {
+                for b in &mut s[7 * 4..8 * 4] {
+                    *b += 4;
+                }
+            } else {
+                for v in s[7 * 4..8 * 4].chunks_exact_mut(2) {
+                    let x = u16::from_le_bytes([v[0], v[1]]) + 0x200;
+                    v.copy_from_slice(&x.to_le_bytes());
+                }
+            }
+        });
+        // Independently: rows of |s|, the median magnitude, rows above 8×.
+        let name = format!("{module}.scales");
+        let path = k.shard_of(&name);
+        let bytes = fs::read(&path).unwrap();
+        let (header, data) = Ckpt::header(&path);
+        let o = &header[&name]["data_offsets"];
+        let groups = header[&name]["shape"][1].as_u64().unwrap() as usize;
+        let b =
+            &bytes[data + o[0].as_u64().unwrap() as usize..data + o[1].as_u64().unwrap() as usize];
+        let mags: Vec<f64> = if e8m0 {
+            b.iter().map(|&x| 2f64.powi(i32::from(x) - 127)).collect()
+        } else {
+            b.chunks_exact(2)
+                .map(|c| {
+                    f64::from(f32::from_bits(
+                        u32::from(u16::from_le_bytes([c[0], c[1]])) << 16,
+                    ))
+                    .abs()
+                })
+                .collect()
+        };
+        let mut sorted = mags.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len().div_ceil(2) - 1];
+        let want = mags
+            .chunks_exact(groups)
+            .filter(|r| r.iter().copied().fold(0.0, f64::max) > 8.0 * median)
+            .count();
+        assert!(want >= 1, "{args:?}: the patched row is an outlier");
+        let report = audit_json(&k.dir).json();
+        let t = report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == format!("{module}.weight"))
+            .unwrap();
+        assert_eq!(t["stats"]["quality"]["outlier_rows"], want, "{args:?}");
+    }
+}

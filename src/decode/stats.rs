@@ -173,6 +173,10 @@ pub struct TensorStats {
     /// range.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abs_range: Option<[f64; 2]>,
+    /// An MLX-LM scales tensor's rows whose largest magnitude exceeds 8×
+    /// the median magnitude: its weight's outlier rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_outliers: Option<u64>,
 }
 
 /// Distribution of a stacked E4M3 scale tensor, overall and per expert.

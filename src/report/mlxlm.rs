@@ -21,9 +21,9 @@ fn scale_range(s: &TensorStats) -> Option<f64> {
     (min > 0.0 && max.is_finite()).then(|| max / min)
 }
 
-/// For each tensor: `(weight, scales)` when it is an MLX module's
+/// For each tensor: `(weight, scales, bits)` when it is an MLX module's
 /// quantized weight or its scales.
-pub(super) fn modules(bundle: &Bundle) -> Vec<Option<(usize, usize)>> {
+pub(super) fn modules(bundle: &Bundle) -> Vec<Option<Module>> {
     let mut out = vec![None; bundle.tensors.len()];
     let by_name: HashMap<&str, usize> = bundle
         .tensors
@@ -32,34 +32,45 @@ pub(super) fn modules(bundle: &Bundle) -> Vec<Option<(usize, usize)>> {
         .map(|(i, t)| (t.name.as_str(), i))
         .collect();
     for (w, t) in bundle.tensors.iter().enumerate() {
-        if !matches!(t.layout, Some(Layout::MlxCodes { .. })) {
+        let Some(Layout::MlxCodes { bits, .. }) = t.layout else {
             continue;
-        }
+        };
         let Some(prefix) = t.name.strip_suffix(".weight") else {
             continue;
         };
         if let Some(&s) = by_name.get(format!("{prefix}.scales").as_str()) {
-            out[w] = Some((w, s));
-            out[s] = Some((w, s));
+            out[w] = Some((w, s, bits));
+            out[s] = Some((w, s, bits));
         }
     }
     out
 }
 
 /// After a module's weight or scales was scanned: once both have been,
-/// the weight's `scale_dynamic_range` from its scales.
-pub(super) fn merge_scales((w, s): (usize, usize), stats: &mut [Option<TensorStats>]) {
-    let Some(range) = stats.get(s).and_then(Option::as_ref).and_then(scale_range) else {
+/// the weight's `scale_dynamic_range` and `outlier_rows` (and so its
+/// suspicion) from its scales.
+pub(super) fn merge_scales((w, s, bits): Module, stats: &mut [Option<TensorStats>]) {
+    let Some(scales) = stats.get(s).and_then(Option::as_ref) else {
         return;
     };
+    let (range, outliers) = (scale_range(scales), scales.row_outliers);
     if let Some(q) = stats
         .get_mut(w)
         .and_then(Option::as_mut)
         .and_then(|st| st.quality.as_mut())
     {
-        q.scale_dynamic_range = range;
+        if let Some(r) = range {
+            q.scale_dynamic_range = r;
+        }
+        if let Some(n) = outliers {
+            q.outlier_rows = n;
+            q.suspicion = crate::decode::stats::suspicion(q, u32::from(bits));
+        }
     }
 }
+
+/// A module: its weight, its scales, its bits.
+pub(super) type Module = (usize, usize, u8);
 
 /// The precision a tensor's bytes count under in the totals, and whether
 /// its elements are parameters: an MLX module's scales, biases and global

@@ -196,9 +196,9 @@ pub struct ReportBuilder {
     pub range_hashes: Vec<Option<String>>,
     /// Set when finished.
     pub outcome: Option<Result<Outcome, Failure>>,
-    /// MLX-LM modules: for a quantized weight or its scales, the pair
-    /// `(weight, scales)` (found once, by name, when the bundle opens).
-    mlx_modules: Vec<Option<(usize, usize)>>,
+    /// MLX-LM modules: for a quantized weight or its scales, its module
+    /// `(weight, scales, bits)` (found once, by name, when the bundle opens).
+    mlx_modules: Vec<Option<mlxlm::Module>>,
 }
 
 impl ReportBuilder {

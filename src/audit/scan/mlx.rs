@@ -174,23 +174,85 @@ impl CodesScan {
     }
 }
 
+/// Per-row largest scale magnitude and the median magnitude of a scales
+/// tensor, fed in order: rows whose largest scale exceeds 8× the median
+/// are the weight's outlier rows (as for audio8's F16 scales). The median
+/// comes from a histogram of 15-bit magnitude keys: exact for F16, BF16
+/// and byte scales, to BF16 precision for F32.
+pub(super) struct RowOutliers {
+    groups: u64,
+    in_row: u64,
+    cur: f32,
+    maxima: Vec<f32>,
+    hist: Vec<u32>,
+}
+
+impl RowOutliers {
+    /// Scales of `groups` per row.
+    pub(super) fn new(groups: u64) -> Self {
+        Self {
+            groups: groups.max(1),
+            in_row: 0,
+            cur: 0.0,
+            maxima: Vec::new(),
+            hist: vec![0; 1 << 15],
+        }
+    }
+
+    /// One scale: its magnitude and its 15-bit key (ordered like the magnitude).
+    #[inline]
+    fn see(&mut self, magnitude: f32, key: u16) {
+        if magnitude.is_finite() {
+            self.cur = self.cur.max(magnitude);
+            self.hist[usize::from(key & 0x7fff)] += 1;
+        }
+        self.in_row += 1;
+        if self.in_row == self.groups {
+            self.maxima.push(self.cur);
+            self.cur = 0.0;
+            self.in_row = 0;
+        }
+    }
+
+    /// Rows whose largest magnitude exceeds 8× the median; `value` turns a
+    /// key back into its magnitude.
+    fn count(&self, value: impl Fn(u16) -> f32) -> u64 {
+        let total: u64 = self.hist.iter().map(|&n| u64::from(n)).sum();
+        if total == 0 {
+            return 0;
+        }
+        let (mut seen, mut median) = (0u64, 0f32);
+        for (k, &n) in self.hist.iter().enumerate() {
+            seen += u64::from(n);
+            if seen * 2 >= total {
+                median = value(k as u16);
+                break;
+            }
+        }
+        let limit = 8.0 * median;
+        self.maxima.iter().filter(|&&m| m > limit).count() as u64
+    }
+}
+
 /// U8 scales of a float mode, per expert.
 pub(super) struct ScalesScan {
     kind: ScaleKind,
     per_expert: u64,
     hists: Vec<[u64; 256]>,
     first_bad: Option<u64>,
+    rows: RowOutliers,
 }
 
 impl ScalesScan {
-    /// `experts` experts of `per_expert` scales each.
-    pub(super) fn new(kind: ScaleKind, experts: u64, per_expert: u64) -> Self {
+    /// `experts` experts of `per_expert` scales each, `groups` a row.
+    pub(super) fn new(kind: ScaleKind, experts: u64, per_expert: u64, groups: u64) -> Self {
         Self {
             kind,
             per_expert: per_expert.max(1),
             // experts is bounded by the module checks.
             hists: vec![[0u64; 256]; experts as usize],
             first_bad: None,
+            rows: RowOutliers::new(groups),
         }
     }
 
@@ -204,6 +266,20 @@ impl ScalesScan {
 
     /// Feeds the bytes at `pos` (tensor-relative); `start` is the tensor's absolute offset.
     pub(super) fn feed(&mut self, start: u64, mut pos: u64, data: &[u8]) {
+        for &b in data {
+            // E8M0 bytes and positive E4M3 bytes order like their values;
+            // bad bytes (NaN, negative) are left out of the median.
+            if !Self::bad(self.kind, b) {
+                let key = u16::from(if self.kind == ScaleKind::E4m3 {
+                    b & 0x7f
+                } else {
+                    b
+                });
+                self.rows.see(dm::scale_byte(self.kind, b).abs(), key);
+            } else {
+                self.rows.see(f32::NAN, 0);
+            }
+        }
         let mut rest = data;
         while !rest.is_empty() {
             let expert = (pos / self.per_expert) as usize;
@@ -262,8 +338,10 @@ impl ScalesScan {
                 .offset(at),
             );
         }
+        let kind = self.kind;
         let mut out = TensorStats {
             scales: Some(dm::summarise_byte_scales(self.kind, &total)),
+            row_outliers: Some(self.rows.count(|k| dm::scale_byte(kind, k as u8))),
             ..Default::default()
         };
         if self.kind == ScaleKind::E4m3 {
@@ -281,47 +359,61 @@ pub(super) struct AbsRange {
     carry: Carry,
     min: f32,
     max: f32,
+    rows: RowOutliers,
 }
 
 impl AbsRange {
-    pub(super) fn new(dtype: crate::format::DenseDtype) -> Self {
+    /// Scales of `dtype`, `groups` a row.
+    pub(super) fn new(dtype: crate::format::DenseDtype, groups: u64) -> Self {
         Self {
             dtype,
             carry: Carry::new(dtype.size() as usize),
             min: f32::INFINITY,
             max: 0.0,
+            rows: RowOutliers::new(groups),
         }
     }
 
     pub(super) fn feed(&mut self, data: &[u8]) {
         use crate::decode::{bf16_to_f32, f16_to_f32};
         use crate::format::DenseDtype;
-        let (dtype, min, max) = (self.dtype, &mut self.min, &mut self.max);
+        let (dtype, min, max, rows) = (self.dtype, &mut self.min, &mut self.max, &mut self.rows);
         self.carry.feed(data, |whole| {
-            let mut see = |v: f32| {
+            let mut see = |v: f32, key: u16| {
                 let a = v.abs();
                 if a.is_finite() && a > 0.0 {
                     *min = min.min(a);
                     *max = max.max(a);
                 }
+                rows.see(a, key);
             };
             match dtype {
-                DenseDtype::F32 => whole
-                    .chunks_exact(4)
-                    .for_each(|c| see(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
-                DenseDtype::Bf16 => whole
-                    .chunks_exact(2)
-                    .for_each(|c| see(bf16_to_f32(u16::from_le_bytes([c[0], c[1]])))),
-                DenseDtype::F16 => whole
-                    .chunks_exact(2)
-                    .for_each(|c| see(f16_to_f32(u16::from_le_bytes([c[0], c[1]])))),
+                DenseDtype::F32 => whole.chunks_exact(4).for_each(|c| {
+                    let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    see(v, (v.to_bits() >> 16) as u16);
+                }),
+                DenseDtype::Bf16 => whole.chunks_exact(2).for_each(|c| {
+                    let h = u16::from_le_bytes([c[0], c[1]]);
+                    see(bf16_to_f32(h), h);
+                }),
+                DenseDtype::F16 => whole.chunks_exact(2).for_each(|c| {
+                    let h = u16::from_le_bytes([c[0], c[1]]);
+                    see(f16_to_f32(h), h);
+                }),
             }
         });
     }
 
-    /// `[min, max]`, when some scale was nonzero and finite.
-    pub(super) fn finish(self) -> Option<[f64; 2]> {
-        (self.min <= self.max).then(|| [f64::from(self.min), f64::from(self.max)])
+    /// `[min, max]` (when some scale was nonzero and finite) and the rows
+    /// whose largest magnitude exceeds 8× the median.
+    pub(super) fn finish(self) -> (Option<[f64; 2]>, u64) {
+        use crate::decode::{bf16_to_f32, f16_to_f32};
+        let outliers = match self.dtype {
+            crate::format::DenseDtype::F16 => self.rows.count(f16_to_f32),
+            _ => self.rows.count(bf16_to_f32),
+        };
+        let range = (self.min <= self.max).then(|| [f64::from(self.min), f64::from(self.max)]);
+        (range, outliers)
     }
 }
 
@@ -332,6 +424,19 @@ mod tests {
     use crate::format::DenseDtype;
 
     #[test]
+    fn rows_above_eight_medians_are_outliers() {
+        // 4 rows of 2 scales: median |s| 1.0; row 2's largest is 9 > 8.
+        let vals = [1.0f32, -1.0, 0.5, 1.0, 9.0, 1.0, -8.0, 1.0];
+        let bytes: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| f32_to_bf16(v).to_le_bytes())
+            .collect();
+        let mut r = AbsRange::new(DenseDtype::Bf16, 2);
+        r.feed(&bytes);
+        assert_eq!(r.finish().1, 1);
+    }
+
+    #[test]
     fn abs_range_ignores_signs_zeros_and_how_the_bytes_are_cut() {
         let vals = [0.5f32, -4.0, 0.0, 0.25, -0.125, f32::NAN, 2.0];
         let bytes: Vec<u8> = vals
@@ -339,13 +444,14 @@ mod tests {
             .flat_map(|&v| f32_to_bf16(v).to_le_bytes())
             .collect();
         for cut in 0..=bytes.len() {
-            let mut r = AbsRange::new(DenseDtype::Bf16);
+            let mut r = AbsRange::new(DenseDtype::Bf16, 7);
             r.feed(&bytes[..cut]);
             r.feed(&bytes[cut..]);
-            assert_eq!(r.finish(), Some([0.125, 4.0]), "cut at {cut}");
+            // One row; median of the finite magnitudes 0.25: 4 > 8 × 0.25.
+            assert_eq!(r.finish(), (Some([0.125, 4.0]), 1), "cut at {cut}");
         }
-        let mut r = AbsRange::new(DenseDtype::F32);
+        let mut r = AbsRange::new(DenseDtype::F32, 1);
         r.feed(&0f32.to_le_bytes());
-        assert_eq!(r.finish(), None);
+        assert_eq!(r.finish(), (None, 0));
     }
 }

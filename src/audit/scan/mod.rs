@@ -100,6 +100,14 @@ enum Kind {
     MlxAffineScales(Box<Dense>, Box<mlx::AbsRange>),
 }
 
+/// Scales per row of an MLX scales tensor: its last dimension.
+fn groups_per_row(t: &TensorInfo) -> u64 {
+    t.shape
+        .as_ref()
+        .and_then(|s| s.last().copied())
+        .unwrap_or(1)
+}
+
 impl Scanner {
     /// A scanner for tensor `index`, if its metadata passed and it has bytes.
     pub fn for_tensor(index: usize, t: &TensorInfo) -> Option<Self> {
@@ -138,7 +146,12 @@ impl Scanner {
                 kind,
                 experts,
                 per_expert,
-            } => Kind::MlxScales(Box::new(mlx::ScalesScan::new(kind, experts, per_expert))),
+            } => Kind::MlxScales(Box::new(mlx::ScalesScan::new(
+                kind,
+                experts,
+                per_expert,
+                groups_per_row(t),
+            ))),
             Layout::MlxParams { dtype, .. } => {
                 let dense = Box::new(Dense::with_check(
                     dtype,
@@ -146,7 +159,10 @@ impl Scanner {
                     crate::finding::checks::MLXLM_SCALES,
                 ));
                 if t.name.ends_with(".scales") {
-                    Kind::MlxAffineScales(dense, Box::new(mlx::AbsRange::new(dtype)))
+                    Kind::MlxAffineScales(
+                        dense,
+                        Box::new(mlx::AbsRange::new(dtype, groups_per_row(t))),
+                    )
                 } else {
                     Kind::Dense(dense)
                 }
@@ -201,10 +217,14 @@ impl Scanner {
             Kind::Packed(p) => p.finish(name, &mut findings),
             Kind::MlxCodes(m) => m.finish(name, &mut findings),
             Kind::MlxScales(m) => m.finish(name, self.start, &mut findings),
-            Kind::MlxAffineScales(d, r) => TensorStats {
-                abs_range: r.finish(),
-                ..d.finish(name, &mut findings)
-            },
+            Kind::MlxAffineScales(d, r) => {
+                let (abs_range, outliers) = r.finish();
+                TensorStats {
+                    abs_range,
+                    row_outliers: Some(outliers),
+                    ..d.finish(name, &mut findings)
+                }
+            }
         };
         ScanOutcome { findings, stats }
     }
