@@ -7,6 +7,7 @@ mod common;
 use std::fs;
 
 use common::gptq::{NORM, Overlay};
+use common::mlxlm::Ckpt;
 use common::nvfp4::Artifact;
 use common::*;
 use serde_json::{Value, json};
@@ -804,6 +805,167 @@ fn every_gguf_corruption_is_caught() {
     }
 }
 
+/// A corruption of an MLX-written MLX-LM checkpoint (`args` for
+/// tests/mlx_lm_checkpoint.py) that must trigger exactly the error checks
+/// `errors` (`check` among them).
+struct MlxCase {
+    check: &'static str,
+    args: &'static [&'static str],
+    errors: &'static [&'static str],
+    make: fn(&Ckpt),
+}
+
+const MX_DOWN: &str = "model.layers.0.mlp.down_proj";
+const MX_SWITCH: &str = "model.layers.1.mlp.switch_mlp.down_proj";
+
+fn mlx_cases() -> Vec<MlxCase> {
+    fn one(check: &'static str, make: fn(&Ckpt)) -> MlxCase {
+        MlxCase {
+            check,
+            args: &["--mode", "affine"],
+            errors: &[],
+            make,
+        }
+    }
+    vec![
+        one("mlxlm.config", |k| {
+            k.edit_config(|c| c["quantization"]["mode"] = json!("int4"))
+        }),
+        one("mlxlm.index", |k| {
+            k.edit_index(|i| i["weight_map"] = json!("x"))
+        }),
+        one("mlxlm.shards", |k| {
+            // A shard the index does not name: mlx-lm would load it anyway.
+            let path = k.dir.join("model-extra.safetensors");
+            bundlescope::format::safetensors::write(
+                &path,
+                &[bundlescope::format::safetensors::WriteTensor {
+                    name: "extra.weight",
+                    dtype: "BF16",
+                    shape: &[4],
+                    data: &[0; 8],
+                }],
+            )
+            .unwrap();
+        }),
+        one("mlxlm.weight_map", |k| {
+            let name = format!("{MX_SWITCH}.scales");
+            let here = k.shard_name(&name);
+            let other = [
+                "model-00001-of-00002.safetensors",
+                "model-00002-of-00002.safetensors",
+            ]
+            .into_iter()
+            .find(|s| *s != here)
+            .unwrap();
+            k.edit_index(|i| i["weight_map"][&name] = json!(other));
+        }),
+        MlxCase {
+            errors: &["shard.header", "mlxlm.module"],
+            ..one("shard.header", |k| {
+                let shard = k.shard_of(&format!("{MX_DOWN}.scales"));
+                let mut bytes = fs::read(&shard).unwrap();
+                bytes[..8].copy_from_slice(&(1u64 << 62).to_le_bytes());
+                fs::write(&shard, bytes).unwrap();
+            })
+        },
+        MlxCase {
+            errors: &["shard.offsets", "mlxlm.module"],
+            ..one("shard.offsets", |k| {
+                let shard = k.shard_of(&format!("{MX_DOWN}.scales"));
+                let bytes = fs::read(&shard).unwrap();
+                fs::write(&shard, &bytes[..bytes.len() - 100]).unwrap();
+            })
+        },
+        one("mlxlm.module", |k| {
+            // Biases in another dtype than their scales (same byte size).
+            let name = format!("{MX_DOWN}.biases");
+            let shard = k.shard_of(&name);
+            k.edit_header(&shard, |h| h[&name]["dtype"] = json!("F16"));
+        }),
+        one("mlxlm.override", |k| {
+            k.edit_config(|c| {
+                c["quantization"]["model.layers.9.mlp.down_proj"] =
+                    json!({"group_size": 64, "bits": 4})
+            })
+        }),
+        one("mlxlm.quant_config", |k| {
+            k.edit_config(|c| c["quantization"]["bits"] = json!(8))
+        }),
+        one("mlxlm.scales", |k| {
+            // A NaN bfloat16 scale.
+            k.patch(&format!("{MX_DOWN}.scales"), |b| {
+                b[6..8].copy_from_slice(&0x7fc0u16.to_le_bytes())
+            })
+        }),
+        MlxCase {
+            args: &["--mode", "mxfp4"],
+            ..one("mlxlm.scales", |k| {
+                k.patch(&format!("{MX_SWITCH}.scales"), |b| b[100] = 0xff)
+            })
+        },
+        MlxCase {
+            args: &["--mode", "nvfp4"],
+            ..one("mlxlm.scales", |k| {
+                // A negative E4M3 scale.
+                k.patch(&format!("{MX_DOWN}.scales"), |b| b[3] = 0x80 | 0x30)
+            })
+        },
+        MlxCase {
+            args: &["--mode", "mxfp8"],
+            ..one("mlxlm.codes", |k| {
+                k.patch(&format!("{MX_DOWN}.weight"), |b| b[77] = 0x7f)
+            })
+        },
+        one("dense.finite", |k| {
+            k.patch("model.norm.weight", |b| {
+                b[10..12].copy_from_slice(&0x7f80u16.to_le_bytes())
+            })
+        }),
+        one("checksums.file", |k| {
+            fs::write(k.dir.join("SHA256SUMS"), "not-a-hash  model.safetensors\n").unwrap()
+        }),
+        one("payload.sha256", |k| {
+            let shard = k.shard_name(&format!("{MX_DOWN}.weight"));
+            fs::write(
+                k.dir.join("SHA256SUMS"),
+                format!("{}  {shard}\n", "ab".repeat(32)),
+            )
+            .unwrap()
+        }),
+    ]
+}
+
+#[test]
+fn every_mlx_lm_corruption_is_caught() {
+    let Some(clean) = Ckpt::mlx(&["--mode", "affine"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    // The clean copy is valid, so each case's findings are its own.
+    let run = audit_json(&clean.dir);
+    assert_eq!(error_checks(&run.json()), Vec::<String>::new());
+    for case in mlx_cases() {
+        let k = Ckpt::mlx(case.args).unwrap();
+        (case.make)(&k);
+        let run = audit_json(&k.dir);
+        let report = run.json();
+        let mut want: Vec<&str> = case.errors.to_vec();
+        if want.is_empty() {
+            want.push(case.check);
+        }
+        want.sort();
+        assert_eq!(error_checks(&report), want, "{}: {report:#}", case.check);
+        assert_eq!(run.code, 1, "{}", case.check);
+        for f in findings_of(&report, case.check) {
+            assert!(
+                f["message"].as_str().is_some_and(|m| m.len() > 20),
+                "terse message: {f}"
+            );
+        }
+    }
+}
+
 /// Every check in the registry has a corruption case that runs in this
 /// file (or a named reason why it is tested elsewhere).
 #[test]
@@ -828,6 +990,7 @@ fn every_registered_check_has_a_case() {
         .chain(nvfp4_cases().iter().map(|c| c.check))
         .chain(gptq_cases().iter().map(|c| c.check))
         .chain(gguf_cases().iter().map(|c| c.check))
+        .chain(mlx_cases().iter().map(|c| c.check))
         .chain(elsewhere.iter().map(|(id, _)| *id))
         .collect();
     for c in bundlescope::finding::checks::ALL {

@@ -46,6 +46,11 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
                     .clone()
                     .unwrap_or_else(|| "not given".into()),
             );
+            // Checkpoints: the config's architecture, sizes and
+            // quantization block, the shards' metadata.
+            for (k, v) in &p.extra {
+                row(k, v.clone());
+            }
         });
     ui.add_space(8.0);
     ui.label(RichText::new("Files").strong());

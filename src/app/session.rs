@@ -91,6 +91,9 @@ pub struct Session {
     /// The bundle's precisions, sorted (the table's chips), computed once
     /// when the index arrives so no frame walks every tensor.
     pub precisions: Vec<String>,
+    /// The bit widths of an MLX-LM checkpoint's quantized modules, sorted
+    /// (the table's bits chips and column); empty for other formats.
+    pub bits: Vec<u8>,
     /// Totals by precision (the summary), computed once with the index.
     pub totals: Option<Totals>,
     /// Bumped by every event that can change a row's status: what the
@@ -117,6 +120,7 @@ impl Session {
             cached_passed: None,
             started: Instant::now(),
             precisions: Vec::new(),
+            bits: Vec::new(),
             totals: None,
             generation: 0,
             stats_generation: 0,
@@ -139,6 +143,14 @@ impl Session {
                 p.sort_unstable();
                 p.dedup();
                 self.precisions = p.into_iter().map(str::to_string).collect();
+                let mut bits: Vec<u8> = b
+                    .tensors
+                    .iter()
+                    .filter_map(|t| super::tensors::quant_params(t).map(|q| q.bits))
+                    .collect();
+                bits.sort_unstable();
+                bits.dedup();
+                self.bits = bits;
                 self.totals = Some(totals(&b.tensors));
             }
             Event::Passed { check, tensor } => self.log.push(LogRow {

@@ -18,6 +18,9 @@ pub struct TableView {
     pub filter: String,
     /// Precisions to show; empty shows all.
     pub precisions: BTreeSet<String>,
+    /// MLX-LM bit widths to show (a module's weight, scales and biases);
+    /// empty shows all.
+    pub bits: BTreeSet<u8>,
     /// Sort column.
     pub sort: SortColumn,
     /// Ascending?
@@ -29,6 +32,7 @@ impl Default for TableView {
         Self {
             filter: String::new(),
             precisions: BTreeSet::new(),
+            bits: BTreeSet::new(),
             sort: SortColumn::Offset,
             ascending: true,
         }
@@ -128,6 +132,50 @@ fn dtype_text(t: &TensorInfo) -> String {
     }
 }
 
+/// An MLX-LM module member's quantization, as the format layer noted it
+/// on the tensor's record (weight, scales, biases and global scale alike).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuantParams {
+    /// Bits per code.
+    pub bits: u8,
+    /// Inputs per scale.
+    pub group: u64,
+    /// `affine`, `mxfp4`, `nvfp4`, `mxfp8`.
+    pub mode: String,
+    /// Set by a per-module entry of the config (not the global block).
+    pub entry: bool,
+}
+
+/// The quantization of tensor `t`'s module, when it belongs to one.
+pub fn quant_params(t: &TensorInfo) -> Option<QuantParams> {
+    let q = t.record.get("quantization")?;
+    Some(QuantParams {
+        bits: u8::try_from(q.get("bits")?.as_u64()?).ok()?,
+        group: q.get("group_size")?.as_u64()?,
+        mode: q.get("mode")?.as_str()?.to_string(),
+        entry: q
+            .get("from")
+            .and_then(|f| f.as_str())
+            .is_some_and(|f| f.starts_with("its entry")),
+    })
+}
+
+/// The bits cell: `4b g64`, `mxfp4 g32`, with `*` when a per-module entry
+/// of the config set it.
+pub fn bits_text(t: &TensorInfo) -> String {
+    match quant_params(t) {
+        None => "—".into(),
+        Some(q) => {
+            let head = if q.mode == "affine" {
+                format!("{}b", q.bits)
+            } else {
+                q.mode
+            };
+            format!("{head} g{}{}", q.group, if q.entry { " *" } else { "" })
+        }
+    }
+}
+
 /// Indices of the rows to show, filtered and sorted.
 pub fn visible_rows(s: &Session, b: &Bundle, view: &TableView) -> Vec<usize> {
     let needle = view.filter.to_lowercase();
@@ -136,6 +184,8 @@ pub fn visible_rows(s: &Session, b: &Bundle, view: &TableView) -> Vec<usize> {
             let t = &b.tensors[i];
             (needle.is_empty() || t.name.to_lowercase().contains(&needle))
                 && (view.precisions.is_empty() || view.precisions.contains(t.precision.as_str()))
+                && (view.bits.is_empty()
+                    || quant_params(t).is_some_and(|q| view.bits.contains(&q.bits)))
         })
         .collect();
     let t = |i: usize| &b.tensors[i];
@@ -169,6 +219,26 @@ fn chips_ui(ui: &mut egui::Ui, view: &mut TableView, precisions: &[String]) {
                 view.precisions.remove(p);
             } else {
                 view.precisions.insert(p.clone());
+            }
+        }
+    }
+}
+
+fn bits_chips_ui(ui: &mut egui::Ui, view: &mut TableView, bits: &[u8]) {
+    ui.label("Bits");
+    for &b in bits {
+        let on = view.bits.contains(&b);
+        if ui
+            .selectable_label(on, format!("{b}-bit"))
+            .on_hover_text(
+                "Show only the modules (weight, scales, biases) quantized with these bits (click again to clear)",
+            )
+            .clicked()
+        {
+            if on {
+                view.bits.remove(&b);
+            } else {
+                view.bits.insert(b);
             }
         }
     }
@@ -229,6 +299,10 @@ pub fn table_ui(
             .weak(),
         );
     });
+    // MLX-LM: a second row, so the first's chips keep their places.
+    if !session.bits.is_empty() {
+        ui.horizontal_wrapped(|ui| bits_chips_ui(ui, &mut panel.view, &session.bits));
+    }
     panel.refresh(Some(session));
     let row_h = ui.text_style_height(&egui::TextStyle::Body) + 6.0;
     let mut table = TableBuilder::new(ui)
@@ -244,6 +318,11 @@ pub fn table_ui(
         .column(Column::exact(64.0))
         .column(Column::exact(76.0))
         .column(Column::exact(76.0));
+    // MLX-LM checkpoints: each module's bits, group and mode.
+    let with_bits = !session.bits.is_empty();
+    if with_bits {
+        table = table.column(Column::exact(96.0));
+    }
     // Searching the rows is O(rows); only done on the frame that asks.
     if scroll_to_selected
         && let Some(p) = selected.and_then(|s| panel.rows.iter().position(|&r| r == s))
@@ -261,6 +340,13 @@ pub fn table_ui(
             h.col(|ui| header_ui(ui, view, "dtype", SortColumn::Dtype));
             h.col(|ui| header_ui(ui, view, "bytes", SortColumn::Bytes));
             h.col(|ui| header_ui(ui, view, "resident", SortColumn::Resident));
+            if with_bits {
+                h.col(|ui| {
+                    ui.label(RichText::new("bits").strong()).on_hover_text(
+                        "The module's bits (or float mode) and group size; * when a per-module entry of config.json's quantization block sets them",
+                    );
+                });
+            }
         })
         .body(|body| {
             body.rows(row_h, rows.len(), |mut row| {
@@ -299,6 +385,9 @@ pub fn table_ui(
                 row.col(|ui| {
                     cell_ui(ui, &t.resident_bytes.map_or("—".into(), human_bytes));
                 });
+                if with_bits {
+                    row.col(|ui| cell_ui(ui, &bits_text(t)));
+                }
                 if row.response().clicked() {
                     clicked = Some(i);
                 }

@@ -16,6 +16,8 @@ pub const READS: &[&str] = &[
     "mlx-nvfp4 MoE artifacts",
     "calibrated GPTQ-Q4 overlays (bundlescope's documented reading)",
     "GGUF files (llama.cpp, Ollama, LM Studio)",
+    "MLX-LM quantized checkpoints (mlx_lm.convert -q)",
+    "safetensors checkpoints (a folder of shards or one .safetensors file)",
 ];
 
 /// The recent-bundles list and what a job last found of each entry.

@@ -249,26 +249,11 @@ pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
 
 /// Sets each `(file name, hex)` expectation on the bundle's payload file of
 /// that name (it then wins over a checksum file beside it); a name that is
-/// no payload file of the bundle is a `payload.sha256` finding.
+/// no payload file of the bundle is a `checksums.file` finding of the audit.
 pub fn apply_expect(bundle: &mut Bundle, expect: &[(String, String)]) {
     for (name, hex) in expect {
-        match bundle.files.iter_mut().find(|f| &f.name == name) {
-            Some(f) => f.expected_sha256 = Some(hex.to_ascii_lowercase()),
-            None => bundle.findings.push(
-                Finding::error(
-                    checks::PAYLOAD_SHA256,
-                    format!(
-                        "--expect names {name:?}, which is not a payload file of this bundle ({})",
-                        bundle
-                            .files
-                            .iter()
-                            .map(|f| f.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-                .field(name.clone()),
-            ),
+        if let Some(f) = bundle.files.iter_mut().find(|f| &f.name == name) {
+            f.expected_sha256 = Some(hex.to_ascii_lowercase());
         }
     }
 }
@@ -329,6 +314,25 @@ fn audit_bundle(
 ) -> Result<(), Failure> {
     for f in &bundle.findings {
         emit(Event::Finding(f.clone()));
+    }
+    for (name, _) in &options.expect {
+        if !bundle.files.iter().any(|f| &f.name == name) {
+            emit(Event::Finding(
+                Finding::error(
+                    checks::CHECKSUMS_FILE,
+                    format!(
+                        "--expect names {name}, which is not a payload file of this bundle ({})",
+                        bundle
+                            .files
+                            .iter()
+                            .map(|f| f.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .field(name.clone()),
+            ));
+        }
     }
     // A manifest that did not parse was not checked field by field.
     let parsed = !bundle

@@ -419,14 +419,30 @@ fn scan_file(
         return Ok(());
     };
     let sha = hex(&digest);
-    let ok = info.expected_sha256.as_ref().map(|e| e == &sha);
-    match (ok, &info.expected_sha256) {
+    // `audit --expect FILE=HEX` wins over what the folder says.
+    let expected = options
+        .expect
+        .iter()
+        .find(|(name, _)| *name == info.name)
+        .map(|(_, hex)| hex.to_ascii_lowercase())
+        .or_else(|| info.expected_sha256.clone());
+    let ok = expected.as_ref().map(|e| e == &sha);
+    match (ok, &expected) {
         (Some(false), Some(expected)) => emit(Event::Finding(
             Finding::error(
                 c::PAYLOAD_SHA256,
                 format!(
-                    "SHA-256 of {} is {sha}, the manifest says {expected}",
-                    info.name
+                    "SHA-256 of {} is {sha}, {} says {expected}",
+                    info.name,
+                    if options.expect.iter().any(|(n, _)| *n == info.name) {
+                        "--expect"
+                    } else if bundle.format == crate::format::FormatKind::MlxLm
+                        || bundle.format == crate::format::FormatKind::Safetensors
+                    {
+                        "the folder's hash list"
+                    } else {
+                        "the manifest"
+                    }
                 ),
             )
             .field(info.name.clone()),
@@ -459,6 +475,11 @@ fn finish_tensor(bundle: &Bundle, s: Scanner, emit: Sink) {
         Some(Layout::GlobalScale { .. }) => &[c::GLOBAL_SCALE],
         Some(Layout::Gguf { ty, .. }) if ty.is_float() => &[c::GGUF_FINITE],
         Some(Layout::Gguf { ty, .. }) if ty.decoded() => &[c::GGUF_SCALE],
+        Some(Layout::MlxCodes {
+            mode: crate::format::QuantMode::Mxfp8,
+            ..
+        }) => &[c::MLXLM_CODES],
+        Some(Layout::MlxScales { .. } | Layout::MlxParams { .. }) => &[c::MLXLM_SCALES],
         _ => &[],
     };
     for &check in value_checks {
@@ -494,6 +515,11 @@ fn end_checks(
             manifest_before.as_ref(),
             manifest_now.as_ref(),
         ));
+    } else if bundle.manifest_bytes.is_empty()
+        && bundle.files.iter().any(|f| f.path == bundle.manifest_path)
+    {
+        // A lone .safetensors file stands for its own manifest; its
+        // identity is compared with the payload files below.
     } else {
         match read_prefix(&bundle.manifest_path, bundle.manifest_bytes.len()) {
             Ok(bytes) if sha256_hex(&bytes) == bundle.provenance.manifest_sha256 => {}

@@ -28,19 +28,22 @@ pub struct Args {
     /// beside it whose manifest hash is the declared parent's).
     #[arg(long, value_name = "DIR")]
     pub parent: Option<PathBuf>,
-    /// Expected SHA-256 of a payload file, `FILE=HEX` (repeatable): for a
-    /// GGUF file, which carries no checksum of its own.
+    /// Expected SHA-256 of a payload file, `FILE=HEX` (repeatable): verified
+    /// in the pass, over any hash the folder carries (a hub's listed hashes;
+    /// a GGUF file carries none of its own).
     #[arg(long, value_name = "FILE=HEX", value_parser = parse_expect)]
     pub expect: Vec<(String, String)>,
 }
 
-/// `FILE=HEX` with 64 hex digits.
+/// `FILE=HEX`: a file name and 64 hex digits.
 fn parse_expect(s: &str) -> std::result::Result<(String, String), String> {
     let (file, hex) = s
         .rsplit_once('=')
-        .ok_or_else(|| format!("{s:?} is not FILE=HEX"))?;
-    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{hex:?} is not 64 hex digits"));
+        .ok_or_else(|| format!("{s:?}: expected FILE=HEX"))?;
+    if file.is_empty() || !bundlescope::format::mlxlm::checksums::is_sha256(hex) {
+        return Err(format!(
+            "{s:?}: expected FILE=HEX with a file name and 64 hex digits"
+        ));
     }
     Ok((file.to_string(), hex.to_ascii_lowercase()))
 }

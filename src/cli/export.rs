@@ -48,8 +48,24 @@ pub fn run(a: Args) -> Result<i32> {
         println!("wrote {}: {} as float32 {shape:?}", a.out.display(), t.name);
         return Ok(super::EXIT_OK);
     }
+    if let Layout::MlxCodes { .. } = layout {
+        let shape = super::mlxlm::export(&bundle, index, |shape, body| {
+            write_atomically(&a.out, |w| {
+                w.write_all(&npy_header(shape))?;
+                body(w)
+            })
+        })?;
+        println!("wrote {}: {} as float32 {shape:?}", a.out.display(), t.name);
+        return Ok(super::EXIT_OK);
+    }
     if a.expert.is_some() {
         bail!("--expert applies to stacked NVFP4 expert weights only");
+    }
+    if let Layout::MlxScales { .. } = layout {
+        bail!(
+            "{} holds MLX group scales; export its module's .weight to get dequantised values",
+            t.name
+        );
     }
     if matches!(layout, Layout::E4m3 { .. } | Layout::GlobalScale { .. }) {
         bail!(
@@ -69,7 +85,7 @@ pub fn run(a: Args) -> Result<i32> {
         ),
         Layout::Gguf { rows, cols, .. } => t.shape.clone().unwrap_or(vec![rows, cols]),
         // The metadata checks tie the shape to the count; fall back to flat if not.
-        Layout::Dense { count, .. } => match &t.shape {
+        Layout::Dense { count, .. } | Layout::MlxParams { count, .. } => match &t.shape {
             Some(shape) if t.parameters() == Some(count) => shape.clone(),
             _ => vec![count],
         },
@@ -144,7 +160,7 @@ fn write_values(layout: Layout, bytes: &[u8], w: &mut impl Write) -> Result<()> 
                 put_f32(block, &mut out, w)?;
             }
         }
-        Layout::Dense { dtype, count } => {
+        Layout::Dense { dtype, count } | Layout::MlxParams { dtype, count } => {
             let size = dtype.size() as usize;
             let count = to_usize(count)?;
             for i0 in (0..count).step_by(BLOCK_VALUES) {

@@ -11,6 +11,7 @@ mod diff;
 mod export;
 mod hist;
 mod list;
+mod mlxlm;
 mod nvfp4;
 mod sample;
 mod spotcheck;

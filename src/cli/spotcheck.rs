@@ -48,7 +48,7 @@ pub struct Args {
     /// checked), drawn from the seed; 0 takes every row.
     #[arg(long, default_value_t = DEFAULT_EMBEDDING_ROWS)]
     pub embedding_rows: usize,
-    /// Stacked NVFP4 experts: check only this expert (default: every expert).
+    /// Stacked NVFP4 and MLX-LM experts: check only this expert (default: every expert).
     #[arg(long)]
     pub expert: Option<usize>,
     /// Where MLX runs: default (MLX's default device), cpu or gpu.
@@ -200,6 +200,13 @@ fn print_table(r: &Report) {
         for f in &x.findings {
             println!("{}: {} [{}]", f.severity.as_str(), f.message, x.tensor);
         }
+    }
+    if !r.reference_only.is_empty() {
+        println!(
+            "{} tensor(s) of the reference are not in the bundle: {}",
+            r.reference_only.len(),
+            r.reference_only.join(", ")
+        );
     }
     println!("{}", r.tally());
 }

@@ -2,6 +2,7 @@
 
 pub mod dequant;
 pub mod gguf;
+pub mod mlxlm;
 pub mod nvfp4;
 pub mod stats;
 

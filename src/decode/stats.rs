@@ -168,6 +168,15 @@ pub struct TensorStats {
     /// Per-expert global scales (mlx-nvfp4 `global_scale` tensors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_scales: Option<Vec<f64>>,
+    /// The smallest and largest nonzero finite magnitude of an MLX-LM
+    /// module's affine scales (which take either sign): its weight's scale
+    /// range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abs_range: Option<[f64; 2]>,
+    /// An MLX-LM scales tensor's rows whose largest magnitude exceeds 8×
+    /// the median magnitude: its weight's outlier rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_outliers: Option<u64>,
     /// What a GGUF block-quantised tensor adds: its sub-block scales and mins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gguf: Option<GgufStats>,

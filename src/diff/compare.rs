@@ -87,6 +87,12 @@ pub enum Matrix<'a> {
         /// The values.
         bytes: &'a [u8],
     },
+    /// An MLX-LM module's weight, its experts' rows stacked, decoded as
+    /// `mx.dequantize` rounds them.
+    Mlx {
+        /// The module's weight, scales and biases.
+        module: crate::decode::mlxlm::Module<'a>,
+    },
     /// One NVFP4 expert: E2M1 words, E4M3 scales and its global scale.
     Fp4 {
         /// Rows.
@@ -108,6 +114,7 @@ impl Matrix<'_> {
             Matrix::Packed { rows, cols, .. }
             | Matrix::Dense { rows, cols, .. }
             | Matrix::Fp4 { rows, cols, .. } => (rows, cols),
+            Matrix::Mlx { module: m } => (m.experts * m.rows, m.cols),
         }
     }
 
@@ -144,6 +151,14 @@ impl Matrix<'_> {
                 let s = scales.get(r0 * cols / nvfp4::GROUP..(r0 + n) * cols / nvfp4::GROUP)?;
                 nvfp4::dequantize_expert(w, s, global, cols, out)
             }
+            Matrix::Mlx { module: m } => {
+                for (k, o) in out.chunks_exact_mut(cols).enumerate() {
+                    let r = r0.checked_add(k)?;
+                    let (e, row) = (r / m.rows.max(1), r % m.rows.max(1));
+                    m.dequantize(e, row..row + 1, o).ok()?;
+                }
+                Some(())
+            }
         }
     }
 
@@ -170,6 +185,9 @@ impl Matrix<'_> {
                 let rb = cols * dtype.size() as usize;
                 Some((bytes.get(r * rb..(r + 1) * rb)?, &[]))
             }
+            // Codes and scales (and biases) live in separate tensors:
+            // always decoded.
+            Matrix::Mlx { .. } => None,
             Matrix::Fp4 {
                 cols,
                 words,

@@ -41,6 +41,9 @@ pub(super) fn compare(a: &Side, b: &Side, i: usize, j: usize) -> Vec<TensorDiff>
     let (Ok(xa), Ok(xb)) = (a.payload.tensor_bytes(ra), b.payload.tensor_bytes(rb)) else {
         return vec![finish(row)];
     };
+    if let Some(r) = mlx_module(a, b, ra, rb, &row) {
+        return vec![finish(r)];
+    }
     match (ta.layout, tb.layout) {
         (
             Some(la @ Layout::Packed { kind: ka, cols, .. }),
@@ -83,6 +86,44 @@ pub(super) fn compare(a: &Side, b: &Side, i: usize, j: usize) -> Vec<TensorDiff>
         }
     }
     vec![finish(row)]
+}
+
+/// The quantized weight of the MLX-LM module tensor `i` belongs to (its
+/// weight, scales, biases or global scale), by name.
+fn mlx_weight(side: &Side, i: usize) -> Option<usize> {
+    let t = side.bundle.tensors.get(i)?;
+    let prefix = [".weight", ".scales", ".biases", ".global_scale"]
+        .iter()
+        .find_map(|s| t.name.strip_suffix(s))?;
+    let w = *side.names.get(format!("{prefix}.weight").as_str())?;
+    matches!(side.bundle.tensors[w].layout, Some(Layout::MlxCodes { .. })).then_some(w)
+}
+
+/// A changed part of an MLX-LM module (on both sides, same layout): which
+/// parts differ and the module's weight error, decoded as `mx.dequantize`
+/// decodes it (a change to its scales or biases shows there too).
+fn mlx_module(a: &Side, b: &Side, i: usize, j: usize, row: &TensorDiff) -> Option<TensorDiff> {
+    let (wa, wb) = (mlx_weight(a, i)?, mlx_weight(b, j)?);
+    if a.bundle.tensors[wa].layout != b.bundle.tensors[wb].layout {
+        return None;
+    }
+    let ma = crate::decode::mlxlm::module_of(&a.payload, wa).ok()?;
+    let mb = crate::decode::mlxlm::module_of(&b.payload, wb).ok()?;
+    let mut out = row.clone();
+    if ma.weight != mb.weight {
+        out.differs.push("codes");
+    }
+    if ma.scales != mb.scales || ma.biases != mb.biases || ma.global != mb.global {
+        out.differs.push("scales");
+    }
+    if let Some(e) = weight_error(&Matrix::Mlx { module: ma }, &Matrix::Mlx { module: mb }) {
+        out.weight_rel_err = e.rel_err;
+        out.worst_row = Some(e.worst);
+        if e.values_differ && out.differs.is_empty() {
+            out.differs.push("values");
+        }
+    }
+    Some(out)
 }
 
 /// Bytes differ, so something does: when no finer reason was found (a

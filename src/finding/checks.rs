@@ -156,6 +156,16 @@ checks! {
     GGUF_UNCOVERED = "gguf.uncovered": "every byte of the data section belongs to a tensor or to the alignment padding after one (warning)";
     GGUF_SCALE = "gguf.scale": "every block's F16 scale d (and m or dmin where the type has one; F32 d for Q8_K) is finite, and no MXFP4 E8M0 scale is 0xFF (NaN)";
     GGUF_FINITE = "gguf.finite": "every F32, F16 and BF16 value is finite";
+    MLXLM_CONFIG = "mlxlm.config": "config.json is a JSON object whose quantization block has integer group_size and bits, a known mode, and per-module entries that are objects or booleans";
+    MLXLM_INDEX = "mlxlm.index": "model.safetensors.index.json is a JSON object whose weight_map maps tensor names to bare shard file names";
+    MLXLM_SHARDS = "mlxlm.shards": "every shard the index names exists, and every .safetensors file in the folder is named by the index";
+    MLXLM_WEIGHT_MAP = "mlxlm.weight_map": "every weight_map entry exists in the shard it names, and every shard tensor is in weight_map, in one shard only";
+    MLXLM_MODULE = "mlxlm.module": "each quantized module has weight (U32), scales and, for affine only, biases (same dtype and shape as the scales, F16/BF16/F32; U8 scales for the float modes), with matching leading dimensions";
+    MLXLM_OVERRIDE = "mlxlm.override": "every per-module entry of the quantization block names a module that exists, quantized when the entry is an object, dense when it is false";
+    MLXLM_QUANT = "mlxlm.quant_config": "each module's bits, group_size and mode (its entry, else the global block) are valid for the mode and agree with the shapes (group_size = in / scales[-1], bits = weight[-1] * 32 / in)";
+    MLXLM_SCALES = "mlxlm.scales": "affine scales and biases are finite; E8M0 scales are not NaN (0xFF); E4M3 scales are not NaN and not negative";
+    MLXLM_CODES = "mlxlm.codes": "no mxfp8 weight byte is an E4M3 NaN (0x7F or 0xFF)";
+    CHECKSUMS_FILE = "checksums.file": "a SHA256SUMS or *.sha256 file in the folder, and every audit --expect, gives 64 hex digits for a payload file that exists";
 }
 
 checks! {

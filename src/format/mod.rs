@@ -5,6 +5,7 @@ pub mod audio8;
 pub mod gguf;
 pub mod gptq;
 pub mod json;
+pub mod mlxlm;
 mod model;
 pub mod nvfp4;
 pub mod payload;
@@ -18,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 pub use model::{
     Bundle, DenseDtype, FormatKind, Layout, PackedKind, PayloadFile, Precision, Provenance,
-    TensorInfo,
+    QuantMode, ScaleKind, TensorInfo,
 };
 pub use payload::{ExpertSiblings, Payload, PayloadError, is_bare_name};
 
@@ -136,12 +137,18 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
             dir
         };
         (dir, path.to_path_buf())
+    } else if mlxlm::recognises(path) {
+        return mlxlm::open(path);
     } else {
         return Err(OpenError::NotABundle {
             path: path.to_path_buf(),
-            reason: "expected a bundle folder or its manifest.json".into(),
+            reason: "expected a bundle folder, its manifest.json, a checkpoint folder or a .safetensors file".into(),
         });
     };
+    if !manifest_path.exists() && mlxlm::recognises(&dir) {
+        // MLX-LM and plain safetensors checkpoints carry no manifest.json.
+        return mlxlm::open(&dir);
+    }
     if !manifest_path.exists() {
         return Err(OpenError::NotABundle {
             path: dir,
@@ -194,6 +201,8 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
                     .into(),
         }),
         FormatKind::Nvfp4 => Ok(nvfp4::parse(dir, manifest_path, bytes, object)),
+        // detect never answers these: they have no manifest.json.
+        FormatKind::MlxLm | FormatKind::Safetensors => mlxlm::open(&dir),
         // detect never answers Unknown; it names a manifest that did not parse.
         FormatKind::Unknown => Ok(broken_manifest(
             dir,

@@ -34,6 +34,13 @@ pub enum FormatKind {
     /// A GGUF file (llama.cpp), or the split parts of one.
     #[serde(rename = "gguf")]
     Gguf,
+    /// An MLX-LM quantized checkpoint (`config.json` with a quantization
+    /// block, safetensors shards).
+    #[serde(rename = "mlx-lm")]
+    MlxLm,
+    /// A plain safetensors checkpoint (a folder of shards, or one file).
+    #[serde(rename = "safetensors")]
+    Safetensors,
     /// A folder whose manifest.json could not be parsed, so no format can be
     /// told: the bundle holds only the `manifest.parse` finding.
     #[serde(rename = "unknown")]
@@ -51,6 +58,8 @@ impl FormatKind {
             FormatKind::Native => "A8MOD001",
             FormatKind::Nvfp4 => "mlx-nvfp4",
             FormatKind::Gguf => "gguf",
+            FormatKind::MlxLm => "mlx-lm",
+            FormatKind::Safetensors => "safetensors",
             FormatKind::Unknown => "unknown",
         }
     }
@@ -65,6 +74,8 @@ impl FormatKind {
             FormatKind::Native => "A8MOD001",
             FormatKind::Nvfp4 => "mlx-nvfp4",
             FormatKind::Gguf => "GGUF",
+            FormatKind::MlxLm => "MLX-LM",
+            FormatKind::Safetensors => "safetensors",
             FormatKind::Unknown => "unknown format",
         }
     }
@@ -87,6 +98,10 @@ pub enum Precision {
     E4m3,
     /// A ggml tensor type of a GGUF file.
     Gguf(super::gguf::GgmlType),
+    /// MLX quantized weight codes (MLX-LM checkpoints): mode and bits.
+    Mlx(QuantMode, u8),
+    /// E8M0 (power-of-two) group scales of the MX modes.
+    E8m0,
     /// Anything else the manifest says (always a finding).
     Other(String),
 }
@@ -113,6 +128,8 @@ impl Precision {
             Precision::Nvfp4 => "nvfp4",
             Precision::E4m3 => "e4m3",
             Precision::Gguf(t) => t.name(),
+            Precision::Mlx(mode, bits) => mode.label(*bits),
+            Precision::E8m0 => "e8m0",
             Precision::Other(s) => s,
         }
     }
@@ -132,6 +149,90 @@ impl Serialize for Precision {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())
     }
+}
+
+/// MLX's quantization modes (`mx.quantize(..., mode=...)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QuantMode {
+    /// `scale * q + bias`, 2..=8 bits, scales and biases in the model's dtype.
+    Affine,
+    /// E2M1 codes, E8M0 scales, group 32.
+    Mxfp4,
+    /// E2M1 codes, E4M3 scales, group 16 (optional global scale).
+    Nvfp4,
+    /// E4M3 codes, E8M0 scales, group 32.
+    Mxfp8,
+}
+
+impl QuantMode {
+    /// Parses MLX's spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "affine" => QuantMode::Affine,
+            "mxfp4" => QuantMode::Mxfp4,
+            "nvfp4" => QuantMode::Nvfp4,
+            "mxfp8" => QuantMode::Mxfp8,
+            _ => return None,
+        })
+    }
+
+    /// MLX's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuantMode::Affine => "affine",
+            QuantMode::Mxfp4 => "mxfp4",
+            QuantMode::Nvfp4 => "nvfp4",
+            QuantMode::Mxfp8 => "mxfp8",
+        }
+    }
+
+    /// The precision label of a tensor quantized in this mode with `bits`.
+    pub fn label(self, bits: u8) -> &'static str {
+        match (self, bits) {
+            (QuantMode::Affine, 2) => "affine2",
+            (QuantMode::Affine, 3) => "affine3",
+            (QuantMode::Affine, 4) => "affine4",
+            (QuantMode::Affine, 5) => "affine5",
+            (QuantMode::Affine, 6) => "affine6",
+            (QuantMode::Affine, 8) => "affine8",
+            (QuantMode::Affine, _) => "affine",
+            (m, _) => m.as_str(),
+        }
+    }
+
+    /// Bits and group size a mode has when the config does not say (MLX's defaults).
+    pub fn defaults(self) -> (u8, u64) {
+        match self {
+            QuantMode::Affine => (4, 64),
+            QuantMode::Mxfp4 => (4, 32),
+            QuantMode::Nvfp4 => (4, 16),
+            QuantMode::Mxfp8 => (8, 32),
+        }
+    }
+
+    /// The only bits and group size a float mode allows (`None` for affine).
+    pub fn fixed(self) -> Option<(u8, u64)> {
+        (self != QuantMode::Affine).then(|| self.defaults())
+    }
+
+    /// The scale encoding of a float mode (`None` for affine: model dtype).
+    pub fn scale_kind(self) -> Option<ScaleKind> {
+        match self {
+            QuantMode::Affine => None,
+            QuantMode::Mxfp4 | QuantMode::Mxfp8 => Some(ScaleKind::E8m0),
+            QuantMode::Nvfp4 => Some(ScaleKind::E4m3),
+        }
+    }
+}
+
+/// How a float mode's U8 scales are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScaleKind {
+    /// `2^(b - 127)`, 0xFF is NaN.
+    E8m0,
+    /// FP8 E4M3 (bias 7, no infinities), 0x7F/0xFF are NaN.
+    E4m3,
 }
 
 /// The three packed code grids of the audio8 formats.
@@ -275,6 +376,38 @@ pub enum Layout {
         /// Elements per row: `ne[0]`, a multiple of the type's block size.
         cols: u64,
     },
+    /// MLX quantized codes: U32 `[experts, rows, cols * bits / 32]`
+    /// (`experts` 1 for an unstacked module), LSB-first across each row's words.
+    MlxCodes {
+        /// The mode.
+        mode: QuantMode,
+        /// Bits per code.
+        bits: u8,
+        /// Inputs per scale.
+        group: u64,
+        /// Stacked experts (1 when not stacked).
+        experts: u64,
+        /// Output rows per expert.
+        rows: u64,
+        /// Input columns.
+        cols: u64,
+    },
+    /// U8 group scales of a float mode: `[experts, rows, groups]`.
+    MlxScales {
+        /// E8M0 or E4M3.
+        kind: ScaleKind,
+        /// Stacked experts (1 when not stacked).
+        experts: u64,
+        /// Scales per expert.
+        per_expert: u64,
+    },
+    /// Affine scales or biases: `count` values of `dtype` that must be finite.
+    MlxParams {
+        /// Element type (the model's).
+        dtype: DenseDtype,
+        /// Number of values.
+        count: u64,
+    },
 }
 
 impl Layout {
@@ -286,6 +419,7 @@ impl Layout {
             | Layout::E4m3 { .. }
             | Layout::GlobalScale { .. }
             | Layout::Gguf { .. } => 0,
+            Layout::MlxCodes { .. } | Layout::MlxScales { .. } | Layout::MlxParams { .. } => 0,
             Layout::Packed { kind, rows, cols } => rows * (cols * u64::from(kind.bits()) / 8),
         }
     }
@@ -298,6 +432,7 @@ impl Layout {
             | Layout::E4m3 { .. }
             | Layout::GlobalScale { .. }
             | Layout::Gguf { .. } => 0,
+            Layout::MlxCodes { .. } | Layout::MlxScales { .. } | Layout::MlxParams { .. } => 0,
             Layout::Packed { kind, cols, .. } => cols * u64::from(kind.bits()) / 8,
         }
     }
@@ -310,6 +445,7 @@ impl Layout {
             | Layout::E4m3 { .. }
             | Layout::GlobalScale { .. }
             | Layout::Gguf { .. } => 0,
+            Layout::MlxCodes { .. } | Layout::MlxScales { .. } | Layout::MlxParams { .. } => 0,
             Layout::Packed { rows, cols, .. } => rows * (cols / 64),
         }
     }
@@ -417,6 +553,10 @@ pub struct Provenance {
     /// A GGUF file's header metadata.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gguf: Option<std::sync::Arc<super::gguf::Metadata>>,
+    /// Further facts a format shows in the Summary, in order (MLX-LM: the
+    /// config's architecture, size and quantization block).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra: Vec<(String, String)>,
 }
 
 /// An opened bundle: everything learned from the manifest, before any payload

@@ -26,12 +26,32 @@ pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 /// Bytes per element of a safetensors dtype, for the dtypes bundlescope knows.
 pub fn dtype_size(dtype: &str) -> Option<u64> {
     Some(match dtype {
-        "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" => 1,
+        "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" | "F8_E8M0" => 1,
         "U16" | "I16" | "F16" | "BF16" => 2,
         "U32" | "I32" | "F32" => 4,
         "U64" | "I64" | "F64" => 8,
         _ => return None,
     })
+}
+
+/// Bits per element of a safetensors dtype, including the sub-byte ones
+/// (`F4`, `F6_E2M3`, `F6_E3M2`) that [`dtype_size`] cannot express.
+pub fn dtype_bits(dtype: &str) -> Option<u64> {
+    match dtype {
+        "F4" => Some(4),
+        "F6_E2M3" | "F6_E3M2" => Some(6),
+        d => dtype_size(d).map(|b| b * 8),
+    }
+}
+
+/// Bytes of `prod(shape)` elements of `dtype`, when the dtype is known, the
+/// product fits and (for sub-byte dtypes) it fills whole bytes.
+pub fn tensor_bytes(dtype: &str, shape: &[u64]) -> Option<u64> {
+    let bits = shape
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))?
+        .checked_mul(dtype_bits(dtype)?)?;
+    bits.is_multiple_of(8).then_some(bits / 8)
 }
 
 /// One tensor of a parsed header. `begin`/`end` are absolute file offsets.
@@ -202,7 +222,7 @@ fn tensor_entry(
     };
     let mut ok = true;
     let dtype = match obj.get("dtype").and_then(Value::as_str) {
-        Some(d) if dtype_size(d).is_some() => Some(d.to_string()),
+        Some(d) if dtype_bits(d).is_some() => Some(d.to_string()),
         Some(d) => {
             findings.push(bad(format!("tensor {name:?} has unknown dtype {d:?}")));
             None
@@ -316,12 +336,7 @@ fn check_offsets(file: &str, header: &mut Header, data_len: u64, findings: &mut 
                 t.name
             )));
         }
-        let size = dtype_size(&t.dtype).unwrap_or(1);
-        let expected = t
-            .shape
-            .iter()
-            .try_fold(1u64, |a, &d| a.checked_mul(d))
-            .and_then(|n| n.checked_mul(size));
+        let expected = tensor_bytes(&t.dtype, &t.shape);
         match expected {
             Some(e) if e == t.end - t.begin => {}
             Some(e) => {
@@ -336,7 +351,7 @@ fn check_offsets(file: &str, header: &mut Header, data_len: u64, findings: &mut 
             }
             None => {
                 findings.push(err(format!(
-                    "tensor {:?}: shape {:?} × {} bytes overflows 64 bits",
+                    "tensor {:?}: shape {:?} of {} overflows 64 bits or does not fill whole bytes",
                     t.name, t.shape, t.dtype
                 )));
                 bad = true;
@@ -409,10 +424,20 @@ pub fn header_bytes(entries: &[(&str, &str, &[u64])], metadata: &[(&str, &str)])
 
 /// Writes a safetensors file.
 pub fn write(path: &Path, tensors: &[WriteTensor<'_>]) -> std::io::Result<()> {
+    write_with_metadata(path, tensors, &[])
+}
+
+/// Writes a safetensors file with a `__metadata__` map (MLX writes
+/// `{"format": "mlx"}`).
+pub fn write_with_metadata(
+    path: &Path,
+    tensors: &[WriteTensor<'_>],
+    metadata: &[(&str, &str)],
+) -> std::io::Result<()> {
     let entries: Vec<(&str, &str, &[u64])> =
         tensors.iter().map(|t| (t.name, t.dtype, t.shape)).collect();
     let mut w = BufWriter::new(File::create(path)?);
-    w.write_all(&header_bytes(&entries, &[]))?;
+    w.write_all(&header_bytes(&entries, metadata))?;
     for t in tensors {
         let expected = t.shape.iter().product::<u64>() * dtype_size(t.dtype).unwrap_or(1);
         if expected != t.data.len() as u64 {

@@ -256,6 +256,103 @@ pub fn quantized_matmul(
     Ok(y)
 }
 
+/// The scales (and biases) of a [`ModeWeights`] matrix, as MLX takes them.
+#[derive(Debug, Clone, Copy)]
+pub enum ModeScales<'a> {
+    /// Affine: scales and biases `[rows, cols / group_size]` in the model's
+    /// float dtype.
+    Affine {
+        /// One scale per group.
+        scales: Floats<'a>,
+        /// One bias per group (same dtype).
+        biases: Floats<'a>,
+    },
+    /// mxfp4, nvfp4, mxfp8: one E8M0 or E4M3 byte per group, no biases.
+    Bytes(&'a [u8]),
+}
+
+/// A matrix `[rows, cols]` quantized in any of MLX's modes, as MLX-LM
+/// stores it: `words` `[rows, cols * bits / 32]` uint32 (codes LSB-first
+/// across each row's words), one scale per `group_size` inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct ModeWeights<'a> {
+    /// Packed codes.
+    pub words: &'a [u32],
+    /// Scales (and biases).
+    pub scales: ModeScales<'a>,
+    /// Output rows.
+    pub rows: usize,
+    /// Input columns.
+    pub cols: usize,
+    /// Bits per code.
+    pub bits: u32,
+    /// Inputs per scale.
+    pub group_size: usize,
+    /// `affine`, `mxfp4`, `nvfp4` or `mxfp8`.
+    pub mode: &'a str,
+}
+
+/// `quantized_matmul(x, w, scales, biases, transpose=true, group_size,
+/// bits, mode)` for any MLX mode: `x` is `[batch, w.cols]`; returns
+/// `[batch, w.rows]` as f32. (MLX 0.32.4's CPU has a kernel for every mode
+/// and affine width.)
+pub fn quantized_matmul_mode(
+    device: Device,
+    x: Floats<'_>,
+    batch: usize,
+    w: &ModeWeights<'_>,
+) -> Result<Vec<f32>, MlxError> {
+    if w.group_size == 0 || w.cols == 0 || !w.cols.is_multiple_of(w.group_size) {
+        return Err(MlxError::Shape(format!(
+            "{} columns is not a positive multiple of the group size {}",
+            w.cols, w.group_size
+        )));
+    }
+    let packed_bits = w.cols.checked_mul(w.bits as usize);
+    if w.bits == 0 || packed_bits.is_none_or(|b| !b.is_multiple_of(32)) {
+        return Err(MlxError::Shape(format!(
+            "{} columns of {} bits do not fill whole 32-bit words",
+            w.cols, w.bits
+        )));
+    }
+    let per_row = w.cols * w.bits as usize / 32;
+    let groups = w.cols / w.group_size;
+    expect_len("words", w.words.len(), w.rows.checked_mul(per_row))?;
+    expect_len("x", x.len(), batch.checked_mul(w.cols))?;
+    let xa = Arr::new(x.data(), &[batch, w.cols])?;
+    let words = Arr::new(Data::U32(w.words), &[w.rows, per_row])?;
+    let (scales, biases) = match &w.scales {
+        ModeScales::Affine { scales, biases } => {
+            expect_len("scales", scales.len(), w.rows.checked_mul(groups))?;
+            expect_len("biases", biases.len(), w.rows.checked_mul(groups))?;
+            (
+                Arr::new(scales.data(), &[w.rows, groups])?,
+                Arr::new(biases.data(), &[w.rows, groups])?,
+            )
+        }
+        ModeScales::Bytes(b) => {
+            expect_len("scales", b.len(), w.rows.checked_mul(groups))?;
+            (Arr::new(Data::U8(b), &[w.rows, groups])?, Arr::none())
+        }
+    };
+    let y = backend::quantized_matmul(
+        device,
+        &xa,
+        &words,
+        &scales,
+        &biases,
+        w.group_size as i32,
+        w.bits as i32,
+        w.mode,
+    )?;
+    expect_len(
+        "quantized_matmul result",
+        y.len(),
+        batch.checked_mul(w.rows),
+    )?;
+    Ok(y)
+}
+
 /// Rows `ids` of an affine matrix, dequantised by MLX the way the seed's
 /// `embedding` does: gather the rows of words, scales and biases, then
 /// `dequantize(..., dtype=float32)`, then cast to `out`. Returns

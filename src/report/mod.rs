@@ -3,6 +3,7 @@
 
 pub mod lineage;
 pub mod markdown;
+mod mlxlm;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -112,11 +113,15 @@ pub fn totals(tensors: &[TensorInfo]) -> Totals {
             t.aliases += 1;
             continue;
         }
+        let member = mlxlm::counted_as(info);
         let p = t
             .by_precision
-            .entry(info.precision.as_str().to_string())
+            .entry(member.unwrap_or(info.precision.as_str()).to_string())
             .or_default();
-        let params = info.parameters().unwrap_or(0);
+        let params = match member {
+            Some(_) => 0,
+            None => info.parameters().unwrap_or(0),
+        };
         let bytes = info.bytes.unwrap_or(0);
         let resident = info.resident_bytes.unwrap_or(0);
         for (tensors, parameters, b, r) in [
@@ -195,6 +200,9 @@ pub struct ReportBuilder {
     pub gptq: Option<Box<crate::format::gptq::ProvenanceReport>>,
     /// Set when finished.
     pub outcome: Option<Result<Outcome, Failure>>,
+    /// MLX-LM modules: for a quantized weight or its scales, its module
+    /// `(weight, scales, bits)` (found once, by name, when the bundle opens).
+    mlx_modules: Vec<Option<mlxlm::Module>>,
 }
 
 impl ReportBuilder {
@@ -216,6 +224,7 @@ impl ReportBuilder {
                 self.progress = vec![(0, 0, 0.0); b.files.len()];
                 self.stats = vec![None; b.tensors.len()];
                 self.range_hashes = vec![None; b.tensors.len()];
+                self.mlx_modules = mlxlm::modules(b);
                 self.bundle = Some(b.clone());
             }
             Event::Started { files, .. } => {
@@ -250,6 +259,9 @@ impl ReportBuilder {
             Event::TensorDone { tensor, stats, .. } => {
                 if let Some(s) = self.stats.get_mut(*tensor) {
                     *s = Some((**stats).clone());
+                }
+                if let Some(Some(pair)) = self.mlx_modules.get(*tensor) {
+                    mlxlm::merge_scales(*pair, &mut self.stats);
                 }
             }
             Event::TensorHashed { tensor, sha256 } => {

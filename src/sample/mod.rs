@@ -4,6 +4,7 @@
 
 pub mod gguf;
 pub mod gptq;
+pub mod mlxlm;
 pub mod nvfp4;
 pub mod reference;
 

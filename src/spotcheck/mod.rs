@@ -25,6 +25,7 @@
 
 mod gguf;
 mod gguf_reference;
+mod mlxlm;
 pub mod nvfp4;
 mod packed;
 pub mod reference;
@@ -137,7 +138,7 @@ pub struct Options {
     pub embedding_rows: usize,
     /// The unquantised checkpoint to measure quality against.
     pub reference: Option<Arc<Checkpoint>>,
-    /// Stacked NVFP4 experts: check only this expert (`None`: every expert).
+    /// Stacked NVFP4 and MLX-LM experts: check only this expert (`None`: every expert).
     pub expert: Option<usize>,
 }
 
@@ -173,7 +174,7 @@ pub struct SpotResult {
     pub tensor: String,
     /// Which check.
     pub kind: Kind,
-    /// The expert checked, for stacked NVFP4 weights.
+    /// The expert checked, for stacked NVFP4 and MLX-LM weights.
     pub expert: Option<usize>,
     /// The MLX operation that computed the result (`quantized_matmul`,
     /// `dequantize` for gathers, `gather_qmm` or `dequantize+matmul` for
@@ -244,6 +245,9 @@ pub struct Report {
     pub results: Vec<SpotResult>,
     /// Packed tensors not checked (broken metadata, reserved codes).
     pub skipped: Vec<Skipped>,
+    /// Tensors of the reference checkpoint the bundle does not have (listed,
+    /// not an error: a quantized checkpoint may drop or rename some).
+    pub reference_only: Vec<String>,
     /// Checks that passed.
     pub passed: usize,
     /// Checks that failed.
@@ -282,6 +286,15 @@ impl Report {
             mlx_version: info.mlx_version,
             bundle: bundle.dir.clone(),
             reference_dir: opts.reference.as_ref().map(|r| r.path().to_path_buf()),
+            reference_only: opts.reference.as_ref().map_or_else(Vec::new, |r| {
+                let names: std::collections::HashSet<&str> =
+                    bundle.tensors.iter().map(|t| t.name.as_str()).collect();
+                r.names()
+                    .into_iter()
+                    .filter(|n| !names.contains(n))
+                    .map(str::to_string)
+                    .collect()
+            }),
             seed: opts.seed,
             failed: results.len() - passed,
             passed,
@@ -444,6 +457,12 @@ fn plan_tensor(bundle: &Bundle, i: usize, opts: &Options) -> Vec<Planned> {
     if t.alias_of.is_some() {
         return Vec::new();
     }
+    if mlxlm::is_mlx(t) {
+        return mlxlm::experts(t, opts)
+            .into_iter()
+            .map(|e| one(Kind::Matmul, e))
+            .collect();
+    }
     if t.precision == crate::format::Precision::Nvfp4 {
         let experts = t
             .layout
@@ -554,7 +573,7 @@ pub fn run_tensor(
         return Err(SpotError::Tensor {
             tensor: t.name.clone(),
             reason: format!(
-                "precision {} is stored as is (or not decoded); only packed tensors (q3, q3_full8, q4, nvfp4, GGUF block types) have a matmul to check",
+                "precision {} is stored as is (or not decoded); only packed tensors (q3, q3_full8, q4, nvfp4, GGUF block types, MLX-LM quantized weights) have a matmul to check",
                 t.precision.as_str()
             ),
         });
@@ -591,6 +610,9 @@ fn check(
     opts: &Options,
     device: &str,
 ) -> Result<SpotResult, SpotError> {
+    if mlxlm::is_mlx(&payload.bundle().tensors[p.index]) {
+        return mlxlm::check(payload, p.index, p.expert, opts, device);
+    }
     if let Some(e) = p.expert {
         return nvfp4::check_expert(payload, p.index, e, opts, device);
     }

@@ -36,7 +36,12 @@ pub(super) fn dims(t: &TensorInfo) -> Option<(usize, usize, usize)> {
 
 /// Rows of one expert a check covers: every row, or the tensor's bound
 /// shared among the experts (at least [`MIN_ROWS_PER_EXPERT`]).
-fn rows_per_expert(opts: &Options, experts: usize, rows: usize, only_one: bool) -> usize {
+pub(super) fn rows_per_expert(
+    opts: &Options,
+    experts: usize,
+    rows: usize,
+    only_one: bool,
+) -> usize {
     match opts.max_rows {
         None => rows,
         Some(m) if only_one => m.min(rows),

@@ -62,6 +62,18 @@ pub fn dense_matmul(w: &[f32], cols: usize, x: &[f64], batch: usize) -> Vec<f64>
     transpose(&out_rows, rows, batch)
 }
 
+/// [`dense_matmul`] for a `W` already in f64.
+pub fn dense_matmul_f64(w: &[f64], cols: usize, x: &[f64], batch: usize) -> Vec<f64> {
+    let rows = w.len() / cols.max(1);
+    let xt = transpose(x, batch, cols);
+    let mut out_rows = vec![0f64; rows * batch];
+    out_rows
+        .par_chunks_mut(batch)
+        .zip(w.par_chunks(cols))
+        .for_each(|(o, wr)| dot_rows(&xt, batch, wr.iter().copied(), o));
+    transpose(&out_rows, rows, batch)
+}
+
 /// `acc[b] = Σ_j xt[j][b] · w[j]`.
 #[inline]
 fn dot_rows(xt: &[f64], batch: usize, w: impl Iterator<Item = f64>, acc: &mut [f64]) {
@@ -178,6 +190,38 @@ impl Thresholds {
     }
 }
 
+impl Thresholds {
+    /// The bounds for an MLX-LM module of `mode` and `bits`.
+    ///
+    /// MLX's round-to-nearest of roughly Gaussian weights leaves a weight
+    /// (and output) error that halves with each bit. Measured with
+    /// `spotcheck --reference` on the MLX-written test checkpoints
+    /// (tests/mlx_lm_checkpoint.py, BF16 source, groups 32–128), output
+    /// error / worst group: affine 2-bit 0.44 / 0.54, 3-bit 0.20 / 0.27,
+    /// 4-bit 0.094 / 0.14, 5-bit 0.040 / 0.060, 6-bit 0.022 / 0.031,
+    /// 8-bit 0.0076 / 0.014; mxfp4 0.12 / 0.20, nvfp4 0.10 / 0.16, mxfp8
+    /// 0.028 / 0.045. The bounds leave 1.6–2× headroom on the
+    /// output and more on the worst group (which grows with the rows
+    /// checked), and stay below the ≈ 1 of a doubled scale.
+    pub fn for_mlx(mode: crate::format::QuantMode, bits: u8) -> Self {
+        use crate::format::QuantMode;
+        let (output_rel_err, group_rel_err) = match (mode, bits) {
+            (QuantMode::Affine, 2) => (0.70, 0.95),
+            (QuantMode::Affine, 3) => (0.32, 0.60),
+            (QuantMode::Affine, 4) => (0.16, 0.35),
+            (QuantMode::Affine, 5) => (0.08, 0.20),
+            (QuantMode::Affine, 6) => (0.04, 0.10),
+            (QuantMode::Affine, _) => (0.015, 0.04),
+            (QuantMode::Mxfp4 | QuantMode::Nvfp4, _) => (0.18, 0.40),
+            (QuantMode::Mxfp8, _) => (0.05, 0.12),
+        };
+        Self {
+            output_rel_err,
+            group_rel_err,
+        }
+    }
+}
+
 /// A tensor's quality against the unquantised source.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Quality {
@@ -189,7 +233,8 @@ pub struct Quality {
     /// embedding gather (no `x`: the output is the rows gathered), equal to
     /// `weight_rel_err` (see [`gather_quality`]).
     pub output_rel_err: f64,
-    /// The largest `‖Wq − W‖ / ‖W‖` of one 64-column group.
+    /// The largest `‖Wq − W‖ / ‖W‖` of one group of columns (64 for the
+    /// audio8 formats, the module's group size for MLX-LM).
     pub worst_group_rel_err: f64,
     /// Where that group is: `[row, group]` (row in the tensor).
     pub worst_group: [u64; 2],
@@ -211,6 +256,32 @@ pub fn quality(
     cols: usize,
     row_ids: &[u64],
 ) -> Quality {
+    let rows = Rows { cols, ids: row_ids };
+    quality_in_groups(Thresholds::for_kind(kind), GROUP, wq, w, x, batch, rows)
+}
+
+/// Rows measured by [`quality_in_groups`]: their width and which tensor
+/// rows they are.
+#[derive(Debug, Clone, Copy)]
+pub struct Rows<'a> {
+    /// Columns.
+    pub cols: usize,
+    /// The tensor row of each.
+    pub ids: &'a [u64],
+}
+
+/// [`quality`] with the bounds given and the worst group taken over groups
+/// of `group` columns (an MLX-LM module's own group size).
+pub fn quality_in_groups(
+    thresholds: Thresholds,
+    group: usize,
+    wq: &[f32],
+    w: &[f64],
+    x: &[f64],
+    batch: usize,
+    rows: Rows<'_>,
+) -> Quality {
+    let (cols, row_ids, group) = (rows.cols, rows.ids, group.max(1));
     let xt = transpose(x, batch, cols);
     #[derive(Default, Clone, Copy)]
     struct Acc {
@@ -240,7 +311,7 @@ pub fn quality(
                 a.yd2 += yd.iter().map(|v| v * v).sum::<f64>();
                 a.yw2 += yw.iter().map(|v| v * v).sum::<f64>();
             }
-            for (g, (qg, sg)) in q.chunks(GROUP).zip(s.chunks(GROUP)).enumerate() {
+            for (g, (qg, sg)) in q.chunks(group).zip(s.chunks(group)).enumerate() {
                 let (mut d2, mut w2) = (0f64, 0f64);
                 for (&q, &s) in qg.iter().zip(sg) {
                     let d = f64::from(q) - s;
@@ -269,7 +340,6 @@ pub fn quality(
                 a.worst_at
             },
         });
-    let thresholds = Thresholds::for_kind(kind);
     let weight_rel_err = ratio(acc.d2.sqrt(), acc.w2.sqrt());
     let output_rel_err = ratio(acc.yd2.sqrt(), acc.yw2.sqrt());
     let snr_db = if acc.d2 == 0.0 {
@@ -402,6 +472,13 @@ impl Checkpoint {
     /// No tensors?
     pub fn is_empty(&self) -> bool {
         self.index.is_empty()
+    }
+
+    /// Every tensor name, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.index.keys().map(String::as_str).collect();
+        v.sort_unstable();
+        v
     }
 
     /// The tensor called `name`, if the checkpoint has it.

@@ -6,6 +6,7 @@ pub mod codes;
 pub mod gptq;
 #[cfg(feature = "gui")]
 pub mod harness;
+pub mod mlxlm;
 pub mod nvfp4;
 
 use std::path::{Path, PathBuf};

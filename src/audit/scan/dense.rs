@@ -45,7 +45,9 @@ impl Dense {
                 start,
                 dtype,
                 pos: 0,
-                hist: vec![0; 1 << 16],
+                // Allocated at the first value: a checkpoint of 20,000
+                // tensors has a scanner for each before any is fed.
+                hist: Vec::new(),
                 moments: Moments::default(),
                 first_bad: None,
             },
@@ -60,7 +62,8 @@ impl Dense {
 
     /// Findings and statistics once every byte has been fed.
     pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
-        let acc = self.acc;
+        let mut acc = self.acc;
+        acc.hist.resize(1 << 16, 0);
         if let Some(at) = acc.first_bad {
             let index = (at - acc.start) / self.dtype.size();
             findings.push(
@@ -90,6 +93,9 @@ impl Dense {
 
 impl DenseAcc {
     fn values(&mut self, units: &[u8]) {
+        if self.hist.is_empty() {
+            self.hist = vec![0; 1 << 16];
+        }
         match self.dtype {
             DenseDtype::F16 | DenseDtype::Bf16 => {
                 let bf16 = self.dtype == DenseDtype::Bf16;

@@ -6,6 +6,7 @@
 mod avx2;
 mod dense;
 mod gguf;
+mod mlx;
 mod nvfp4;
 mod packed;
 #[cfg(test)]
@@ -95,6 +96,20 @@ enum Kind {
     Global(Box<GlobalScan>),
     /// GGUF block-quantised codes and scales.
     Gguf(Box<GgufScan>),
+    /// MLX packed codes: the code histogram.
+    MlxCodes(Box<mlx::CodesScan>),
+    /// MLX U8 scales (E8M0, E4M3).
+    MlxScales(Box<mlx::ScalesScan>),
+    /// MLX affine scales: the dense checks, and their magnitudes' range.
+    MlxAffineScales(Box<Dense>, Box<mlx::AbsRange>),
+}
+
+/// Scales per row of an MLX scales tensor: its last dimension.
+fn groups_per_row(t: &TensorInfo) -> u64 {
+    t.shape
+        .as_ref()
+        .and_then(|s| s.last().copied())
+        .unwrap_or(1)
 }
 
 impl Scanner {
@@ -136,6 +151,44 @@ impl Scanner {
                     _ => Kind::Gguf(Box::new(GgufScan::new(ty, rows, cols, start))),
                 }
             }
+            Layout::MlxCodes {
+                mode,
+                bits,
+                group,
+                experts,
+                rows,
+                cols,
+            } => Kind::MlxCodes(Box::new(mlx::CodesScan::new(
+                mode,
+                bits,
+                experts * rows * (cols / group.max(1)),
+                start,
+            ))),
+            Layout::MlxScales {
+                kind,
+                experts,
+                per_expert,
+            } => Kind::MlxScales(Box::new(mlx::ScalesScan::new(
+                kind,
+                experts,
+                per_expert,
+                groups_per_row(t),
+            ))),
+            Layout::MlxParams { dtype, .. } => {
+                let dense = Box::new(Dense::with_check(
+                    dtype,
+                    start,
+                    crate::finding::checks::MLXLM_SCALES,
+                ));
+                if t.name.ends_with(".scales") {
+                    Kind::MlxAffineScales(
+                        dense,
+                        Box::new(mlx::AbsRange::new(dtype, groups_per_row(t))),
+                    )
+                } else {
+                    Kind::Dense(dense)
+                }
+            }
         };
         Some(Self {
             tensor: index,
@@ -165,6 +218,12 @@ impl Scanner {
             Kind::Global(g) => g.feed(data),
             Kind::Packed(p) => p.feed(self.pos, data),
             Kind::Gguf(g) => g.feed(data),
+            Kind::MlxCodes(m) => m.feed(data),
+            Kind::MlxScales(m) => m.feed(self.start, self.pos, data),
+            Kind::MlxAffineScales(d, r) => {
+                d.feed(data);
+                r.feed(data);
+            }
         }
         self.pos += data.len() as u64;
     }
@@ -180,6 +239,16 @@ impl Scanner {
             Kind::Dense(d) => d.finish(name, &mut findings),
             Kind::Packed(p) => p.finish(name, &mut findings),
             Kind::Gguf(g) => g.finish(name, &mut findings),
+            Kind::MlxCodes(m) => m.finish(name, &mut findings),
+            Kind::MlxScales(m) => m.finish(name, self.start, &mut findings),
+            Kind::MlxAffineScales(d, r) => {
+                let (abs_range, outliers) = r.finish();
+                TensorStats {
+                    abs_range,
+                    row_outliers: Some(outliers),
+                    ..d.finish(name, &mut findings)
+                }
+            }
         };
         ScanOutcome { findings, stats }
     }

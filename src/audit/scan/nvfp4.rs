@@ -132,7 +132,7 @@ impl GlobalScan {
 
 /// Adds `data`'s bytes to a 256-bin histogram (four interleaved tables, so
 /// runs of equal bytes do not serialise on one counter).
-fn byte_hist(data: &[u8], h: &mut [u64; 256]) {
+pub(super) fn byte_hist(data: &[u8], h: &mut [u64; 256]) {
     let mut t = [[0u32; 256]; 4];
     for block in data.chunks(1 << 30) {
         let (quads, tail) = block.as_chunks::<4>();

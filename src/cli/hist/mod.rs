@@ -104,13 +104,19 @@ fn tensor_json(t: &TensorInfo, stats: &TensorStats) -> Value {
         o["ne"] = t.record["ne"].clone();
         o["gguf"] = json!(g);
     }
-    if let (Some(c), Some(q)) = (&stats.codes, &stats.quality) {
-        o["codes"] = json!({"bits": c.bits, "zero": c.zero, "counts": c.counts});
+    // MLX-LM weights have codes without scales (those are their own
+    // tensor), and their U8 scales a distribution without codes.
+    if stats.codes.is_some() || stats.scales.is_some() {
+        if let Some(c) = &stats.codes {
+            o["codes"] = json!({"bits": c.bits, "zero": c.zero, "counts": c.counts});
+        }
         if let Some(s) = &stats.scales {
             o["scales"] = json!({"dtype": s.dtype, "count": s.count, "min": s.min, "max": s.max,
                 "median": s.median, "p01": s.p01, "p99": s.p99, "bins": s.bins});
         }
-        o["stats"] = json!(q);
+        if let Some(q) = &stats.quality {
+            o["stats"] = json!(q);
+        }
     } else if let Some(v) = &stats.values {
         o["source_dtype"] = json!(t.source_dtype);
         o["values"] = json!(v);
@@ -120,7 +126,8 @@ fn tensor_json(t: &TensorInfo, stats: &TensorStats) -> Value {
 
 /// Totals of one precision over the bundle's packed tensors.
 struct Aggregate {
-    kind: PackedKind,
+    /// The precision aggregated (`q3`, `q4`, `affine4`, `mxfp4`…).
+    label: String,
     tensors: u64,
     codes: CodeCounts,
     entropy_sum: f64,
@@ -133,15 +140,14 @@ struct Aggregate {
 }
 
 impl Aggregate {
-    fn new(kind: PackedKind) -> Self {
+    /// An empty aggregate of `label`, its code grid that of `like`.
+    fn new(label: &str, like: &CodeCounts) -> Self {
         Self {
-            kind,
+            label: label.to_string(),
             tensors: 0,
             codes: CodeCounts {
-                bits: kind.bits(),
-                zero: kind.zero(),
-                max_code: kind.max_code(),
-                counts: vec![0; 1 << kind.bits()],
+                counts: vec![0; like.counts.len()],
+                ..like.clone()
             },
             entropy_sum: 0.0,
             clipping_sum: 0.0,
@@ -178,7 +184,7 @@ impl Aggregate {
     fn json(&self) -> Value {
         let c = &self.codes;
         json!({
-            "precision": self.kind.precision().as_str(),
+            "precision": self.label,
             "tensors": self.tensors,
             "codes": {"bits": c.bits, "zero": c.zero, "counts": c.counts},
             "entropy_bits": c.entropy_bits(),
@@ -211,7 +217,11 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
         .tensors
         .iter()
         .enumerate()
-        .filter(|(_, t)| t.alias_of.is_none() && t.precision.packed().is_some())
+        .filter(|(_, t)| {
+            t.alias_of.is_none()
+                && (t.precision.packed().is_some()
+                    || matches!(t.precision, bundlescope::format::Precision::Mlx(..)))
+        })
         .collect();
     let (ok, broken): (Vec<_>, Vec<_>) = packed.into_iter().partition(|(_, t)| t.layout.is_some());
     // Shared by the workers: each file is mapped once, by whoever needs it first.
@@ -260,20 +270,24 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
 }
 
 fn aggregate(ranked: &[Ranked]) -> Vec<Aggregate> {
-    let mut by_kind: Vec<Aggregate> = [PackedKind::Q3, PackedKind::Q3Full8, PackedKind::Q4]
-        .into_iter()
-        .map(Aggregate::new)
-        .collect();
+    // audio8's q3, q3_full8, q4 first, in that order; then MLX-LM's
+    // precisions by name (affine2 … affine8, mxfp4, mxfp8, nvfp4).
+    let order = |r: &Ranked| match r.t.precision.packed() {
+        Some(PackedKind::Q3) => 0,
+        Some(PackedKind::Q3Full8) => 1,
+        Some(PackedKind::Q4) => 2,
+        None => 3,
+    };
+    let mut by_kind: std::collections::BTreeMap<(u8, String), Aggregate> = Default::default();
     for r in ranked {
-        let (Some(kind), Some(c), Some(q)) =
-            (r.t.precision.packed(), &r.stats.codes, &r.stats.quality)
-        else {
+        let (Some(c), Some(q)) = (&r.stats.codes, &r.stats.quality) else {
             continue;
         };
-        if let Some(agg) = by_kind.iter_mut().find(|g| g.kind == kind) {
-            agg.add(c, q);
-        }
+        let label = r.t.precision.as_str();
+        by_kind
+            .entry((order(r), label.to_string()))
+            .or_insert_with(|| Aggregate::new(label, c))
+            .add(c, q);
     }
-    by_kind.retain(|g| g.tensors > 0);
-    by_kind
+    by_kind.into_values().collect()
 }

@@ -63,6 +63,21 @@ pub(super) fn print_tensor(t: &TensorInfo, stats: &TensorStats) {
         }
         println!();
         print_quality(q, c.bits);
+    } else if let Some(s) = &stats.scales {
+        println!(
+            "  {} · {} · scales ({}, {}): min {:.4e}  p01 {:.4e}  median {:.4e}  p99 {:.4e}  max {:.4e}  invalid {}",
+            t.precision.as_str(),
+            t.shape_text(),
+            s.dtype,
+            s.count,
+            s.min,
+            s.p01,
+            s.median,
+            s.p99,
+            s.max,
+            s.invalid
+        );
+        print_bins(&s.bins, 1);
     } else if let Some(v) = &stats.values {
         println!(
             "  original · {} · {} · {} values",
@@ -179,7 +194,7 @@ pub(super) fn print_aggregates(aggs: &[Aggregate]) {
         let c = &g.codes;
         println!(
             "\n{}: {} tensors, {} codes · entropy {:.3} bits (mean {:.3}) · clipping {} (mean {}) · zero groups {} of {} · outlier rows {} · reserved codes {} · suspicion mean {:.2}, max {:.2}",
-            g.kind.precision().as_str(),
+            g.label,
             g.tensors,
             c.total(),
             c.entropy_bits(),

@@ -1,0 +1,457 @@
+//! The scanners of MLX-LM quantized modules: the code histogram of a
+//! packed U32 weight (every code over `2^bits` levels; mxfp8's E4M3 NaN
+//! bytes located) and the U8 scales of the float modes (E8M0 or E4M3: NaN
+//! and, for E4M3, negative bytes located; the scale distribution).
+//!
+//! Codes are packed LSB-first over each row's 32-bit little-endian words, so
+//! the tensor is one LSB-first bit stream; rows hold a multiple of 32 codes,
+//! so `bits` words always hold exactly 32 whole codes. 2-, 4- and 8-bit codes
+//! never straddle a byte and are counted from a byte histogram; 3-, 5- and
+//! 6-bit codes are counted in fields of two or four codes (10 or 12 bits),
+//! whose histogram is folded into the codes' at the end.
+
+use super::Carry;
+use crate::decode::mlxlm as dm;
+use crate::decode::stats::{self, CodeCounts, Quality, TensorStats};
+use crate::finding::Finding;
+use crate::finding::checks as c;
+use crate::format::{QuantMode, ScaleKind};
+
+/// A packed MLX weight's scan state.
+pub(super) struct CodesScan {
+    mode: QuantMode,
+    bits: u8,
+    groups: u64,
+    start: u64,
+    pos: u64,
+    carry: Carry,
+    /// Byte histogram (2, 4, 8 bits) or field histogram (3, 5, 6 bits).
+    hist: Vec<u64>,
+    first_nan: Option<u64>,
+}
+
+/// Field width and codes per field for the straddling widths.
+fn field(bits: u8) -> (u32, u32) {
+    match bits {
+        3 => (12, 4),
+        5 => (10, 2),
+        6 => (12, 2),
+        b => (u32::from(b), 1),
+    }
+}
+
+impl CodesScan {
+    /// A weight of `groups` scale groups, in `mode` with `bits`, at absolute offset `start`.
+    pub(super) fn new(mode: QuantMode, bits: u8, groups: u64, start: u64) -> Self {
+        let straddles = matches!(bits, 3 | 5 | 6);
+        let (width, _) = field(bits);
+        Self {
+            mode,
+            bits,
+            groups,
+            start,
+            pos: 0,
+            // A block of `bits` words holds 32 whole codes.
+            carry: Carry::new(if straddles { 4 * usize::from(bits) } else { 1 }),
+            hist: vec![0; if straddles { 1 << width } else { 256 }],
+            first_nan: None,
+        }
+    }
+
+    /// Feeds the next bytes.
+    pub(super) fn feed(&mut self, data: &[u8]) {
+        let (bits, hist) = (self.bits, &mut self.hist);
+        if matches!(bits, 3 | 5 | 6) {
+            let (width, _) = field(bits);
+            let fields = 32 * u32::from(bits) / width;
+            let mask = (1u64 << width) - 1;
+            self.carry.feed(data, |blocks| {
+                for block in blocks.chunks_exact(4 * usize::from(bits)) {
+                    // Up to 24 bytes: three little-endian u64 words.
+                    let mut w = [0u64; 4];
+                    for (k, chunk) in block.chunks(8).enumerate() {
+                        let mut b = [0u8; 8];
+                        b[..chunk.len()].copy_from_slice(chunk);
+                        w[k] = u64::from_le_bytes(b);
+                    }
+                    for f in 0..fields {
+                        let bit = f * width;
+                        let (i, sh) = ((bit / 64) as usize, bit % 64);
+                        let mut v = w[i] >> sh;
+                        if sh + width > 64 {
+                            v |= w[i + 1] << (64 - sh);
+                        }
+                        hist[(v & mask) as usize] += 1;
+                    }
+                }
+            });
+        } else {
+            let mut h = [0u64; 256];
+            super::nvfp4::byte_hist(data, &mut h);
+            for (a, b) in hist.iter_mut().zip(h) {
+                *a += b;
+            }
+            if self.mode == QuantMode::Mxfp8 && self.first_nan.is_none() && h[0x7f] + h[0xff] > 0 {
+                self.first_nan = data
+                    .iter()
+                    .position(|&b| b & 0x7f == 0x7f)
+                    .map(|k| self.start + self.pos + k as u64);
+            }
+        }
+        self.pos += data.len() as u64;
+    }
+
+    /// The code counts (`counts[c]` = codes equal to `c`).
+    fn counts(&self) -> Vec<u64> {
+        let bits = u32::from(self.bits);
+        let levels = 1usize << bits;
+        let mask = (levels - 1) as u64;
+        let mut counts = vec![0u64; levels];
+        let (width, per) = match self.bits {
+            3 | 5 | 6 => field(self.bits),
+            _ => (8, 8 / bits),
+        };
+        for (v, &n) in self.hist.iter().enumerate() {
+            if n == 0 || v >> width != 0 {
+                continue;
+            }
+            for k in 0..per {
+                counts[((v as u64 >> (k * bits)) & mask) as usize] += n;
+            }
+        }
+        counts
+    }
+
+    /// Findings and statistics.
+    pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
+        let counts = self.counts();
+        if self.mode == QuantMode::Mxfp8 {
+            let nan = counts[0x7f] + counts[0xff];
+            if nan > 0 {
+                let at = self.first_nan.unwrap_or(self.start);
+                findings.push(
+                    Finding::error(
+                        c::MLXLM_CODES,
+                        format!(
+                            "{nan} of {} mxfp8 weight bytes are E4M3 NaN (0x7F/0xFF); the first is byte {}",
+                            counts.iter().sum::<u64>(),
+                            at - self.start
+                        ),
+                    )
+                    .tensor(name)
+                    .offset(at),
+                );
+            }
+        }
+        let codes = CodeCounts {
+            bits: u32::from(self.bits),
+            zero: 0,
+            max_code: ((1u32 << self.bits) - 1) as u8,
+            counts,
+        };
+        let mut quality = Quality {
+            entropy_bits: codes.entropy_bits(),
+            clipping_share: match self.mode {
+                QuantMode::Affine => codes.clipping_share(),
+                // The float grids clip at their largest magnitude (±6 for
+                // E2M1, ±448 for E4M3).
+                _ => dm::extreme_share(self.mode, &codes.counts),
+            },
+            unused_levels: codes.unused_levels(),
+            zero_groups: 0,
+            groups: self.groups,
+            scale_dynamic_range: 0.0,
+            outlier_rows: 0,
+            reserved_codes: 0,
+            suspicion: 0.0,
+        };
+        quality.suspicion = stats::suspicion(&quality, u32::from(self.bits));
+        TensorStats {
+            codes: Some(codes),
+            quality: Some(quality),
+            ..Default::default()
+        }
+    }
+}
+
+/// Per-row largest scale magnitude and the median magnitude of a scales
+/// tensor, fed in order: rows whose largest scale exceeds 8× the median
+/// are the weight's outlier rows (as for audio8's F16 scales). The median
+/// comes from a histogram of 15-bit magnitude keys: exact for F16, BF16
+/// and byte scales, to BF16 precision for F32.
+pub(super) struct RowOutliers {
+    groups: u64,
+    in_row: u64,
+    cur: f32,
+    maxima: Vec<f32>,
+    hist: Vec<u32>,
+}
+
+impl RowOutliers {
+    /// Scales of `groups` per row.
+    pub(super) fn new(groups: u64) -> Self {
+        Self {
+            groups: groups.max(1),
+            in_row: 0,
+            cur: 0.0,
+            maxima: Vec::new(),
+            hist: vec![0; 1 << 15],
+        }
+    }
+
+    /// One scale: its magnitude and its 15-bit key (ordered like the magnitude).
+    #[inline]
+    fn see(&mut self, magnitude: f32, key: u16) {
+        if magnitude.is_finite() {
+            self.cur = self.cur.max(magnitude);
+            self.hist[usize::from(key & 0x7fff)] += 1;
+        }
+        self.in_row += 1;
+        if self.in_row == self.groups {
+            self.maxima.push(self.cur);
+            self.cur = 0.0;
+            self.in_row = 0;
+        }
+    }
+
+    /// Rows whose largest magnitude exceeds 8× the median; `value` turns a
+    /// key back into its magnitude.
+    fn count(&self, value: impl Fn(u16) -> f32) -> u64 {
+        let total: u64 = self.hist.iter().map(|&n| u64::from(n)).sum();
+        if total == 0 {
+            return 0;
+        }
+        let (mut seen, mut median) = (0u64, 0f32);
+        for (k, &n) in self.hist.iter().enumerate() {
+            seen += u64::from(n);
+            if seen * 2 >= total {
+                median = value(k as u16);
+                break;
+            }
+        }
+        let limit = 8.0 * median;
+        self.maxima.iter().filter(|&&m| m > limit).count() as u64
+    }
+}
+
+/// U8 scales of a float mode, per expert.
+pub(super) struct ScalesScan {
+    kind: ScaleKind,
+    per_expert: u64,
+    hists: Vec<[u64; 256]>,
+    first_bad: Option<u64>,
+    rows: RowOutliers,
+}
+
+impl ScalesScan {
+    /// `experts` experts of `per_expert` scales each, `groups` a row.
+    pub(super) fn new(kind: ScaleKind, experts: u64, per_expert: u64, groups: u64) -> Self {
+        Self {
+            kind,
+            per_expert: per_expert.max(1),
+            // experts is bounded by the module checks.
+            hists: vec![[0u64; 256]; experts as usize],
+            first_bad: None,
+            rows: RowOutliers::new(groups),
+        }
+    }
+
+    fn bad(kind: ScaleKind, b: u8) -> bool {
+        match kind {
+            ScaleKind::E8m0 => b == 0xff,
+            // NaN, or negative (0x80 is -0: a zero scale, allowed).
+            ScaleKind::E4m3 => b & 0x7f == 0x7f || (b & 0x80 != 0 && b != 0x80),
+        }
+    }
+
+    /// Feeds the bytes at `pos` (tensor-relative); `start` is the tensor's absolute offset.
+    pub(super) fn feed(&mut self, start: u64, mut pos: u64, data: &[u8]) {
+        for &b in data {
+            // E8M0 bytes and positive E4M3 bytes order like their values;
+            // bad bytes (NaN, negative) are left out of the median.
+            if !Self::bad(self.kind, b) {
+                let key = u16::from(if self.kind == ScaleKind::E4m3 {
+                    b & 0x7f
+                } else {
+                    b
+                });
+                self.rows.see(dm::scale_byte(self.kind, b).abs(), key);
+            } else {
+                self.rows.see(f32::NAN, 0);
+            }
+        }
+        let mut rest = data;
+        while !rest.is_empty() {
+            let expert = (pos / self.per_expert) as usize;
+            let left = self.per_expert - pos % self.per_expert;
+            let n = usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len()));
+            let Some(h) = self.hists.get_mut(expert) else {
+                break;
+            };
+            let (part, tail) = rest.split_at(n);
+            let mut local = [0u64; 256];
+            super::nvfp4::byte_hist(part, &mut local);
+            let kind = self.kind;
+            let any_bad = (0..=255u8).any(|b| local[usize::from(b)] > 0 && Self::bad(kind, b));
+            for (a, b) in h.iter_mut().zip(local) {
+                *a += b;
+            }
+            if any_bad && self.first_bad.is_none() {
+                self.first_bad = part
+                    .iter()
+                    .position(|&b| Self::bad(kind, b))
+                    .map(|k| start + pos + k as u64);
+            }
+            pos += n as u64;
+            rest = tail;
+        }
+    }
+
+    /// Findings and statistics; `start` is the tensor's absolute offset.
+    pub(super) fn finish(self, name: &str, start: u64, findings: &mut Vec<Finding>) -> TensorStats {
+        let mut total = [0u64; 256];
+        for h in &self.hists {
+            for (a, b) in total.iter_mut().zip(h) {
+                *a += b;
+            }
+        }
+        if let Some(at) = self.first_bad {
+            let bad: u64 = (0..=255u8)
+                .filter(|&b| Self::bad(self.kind, b))
+                .map(|b| total[usize::from(b)])
+                .sum();
+            let index = at - start;
+            let what = match self.kind {
+                ScaleKind::E8m0 => "E8M0 scale bytes are NaN (0xFF)",
+                ScaleKind::E4m3 => "E4M3 scale bytes are NaN (0x7F/0xFF) or negative",
+            };
+            findings.push(
+                Finding::error(
+                    c::MLXLM_SCALES,
+                    format!(
+                        "{bad} {what}; the first is in expert {}, scale {} of its scales",
+                        index / self.per_expert,
+                        index % self.per_expert
+                    ),
+                )
+                .tensor(name)
+                .offset(at),
+            );
+        }
+        let kind = self.kind;
+        let mut out = TensorStats {
+            scales: Some(dm::summarise_byte_scales(self.kind, &total)),
+            row_outliers: Some(self.rows.count(|k| dm::scale_byte(kind, k as u8))),
+            ..Default::default()
+        };
+        if self.kind == ScaleKind::E4m3 {
+            out.e4m3 = Some(stats::E4m3Stats::from_hists(&self.hists));
+        }
+        out
+    }
+}
+
+/// The magnitudes of an affine module's scales (F16, BF16 or F32), beside
+/// the dense checks the scales get: the smallest and largest nonzero
+/// finite `|s|`, for the weight's scale range.
+pub(super) struct AbsRange {
+    dtype: crate::format::DenseDtype,
+    carry: Carry,
+    min: f32,
+    max: f32,
+    rows: RowOutliers,
+}
+
+impl AbsRange {
+    /// Scales of `dtype`, `groups` a row.
+    pub(super) fn new(dtype: crate::format::DenseDtype, groups: u64) -> Self {
+        Self {
+            dtype,
+            carry: Carry::new(dtype.size() as usize),
+            min: f32::INFINITY,
+            max: 0.0,
+            rows: RowOutliers::new(groups),
+        }
+    }
+
+    pub(super) fn feed(&mut self, data: &[u8]) {
+        use crate::decode::{bf16_to_f32, f16_to_f32};
+        use crate::format::DenseDtype;
+        let (dtype, min, max, rows) = (self.dtype, &mut self.min, &mut self.max, &mut self.rows);
+        self.carry.feed(data, |whole| {
+            let mut see = |v: f32, key: u16| {
+                let a = v.abs();
+                if a.is_finite() && a > 0.0 {
+                    *min = min.min(a);
+                    *max = max.max(a);
+                }
+                rows.see(a, key);
+            };
+            match dtype {
+                DenseDtype::F32 => whole.chunks_exact(4).for_each(|c| {
+                    let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    see(v, (v.to_bits() >> 16) as u16);
+                }),
+                DenseDtype::Bf16 => whole.chunks_exact(2).for_each(|c| {
+                    let h = u16::from_le_bytes([c[0], c[1]]);
+                    see(bf16_to_f32(h), h);
+                }),
+                DenseDtype::F16 => whole.chunks_exact(2).for_each(|c| {
+                    let h = u16::from_le_bytes([c[0], c[1]]);
+                    see(f16_to_f32(h), h);
+                }),
+            }
+        });
+    }
+
+    /// `[min, max]` (when some scale was nonzero and finite) and the rows
+    /// whose largest magnitude exceeds 8× the median.
+    pub(super) fn finish(self) -> (Option<[f64; 2]>, u64) {
+        use crate::decode::{bf16_to_f32, f16_to_f32};
+        let outliers = match self.dtype {
+            crate::format::DenseDtype::F16 => self.rows.count(f16_to_f32),
+            _ => self.rows.count(bf16_to_f32),
+        };
+        let range = (self.min <= self.max).then(|| [f64::from(self.min), f64::from(self.max)]);
+        (range, outliers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::f32_to_bf16;
+    use crate::format::DenseDtype;
+
+    #[test]
+    fn rows_above_eight_medians_are_outliers() {
+        // 4 rows of 2 scales: median |s| 1.0; row 2's largest is 9 > 8.
+        let vals = [1.0f32, -1.0, 0.5, 1.0, 9.0, 1.0, -8.0, 1.0];
+        let bytes: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| f32_to_bf16(v).to_le_bytes())
+            .collect();
+        let mut r = AbsRange::new(DenseDtype::Bf16, 2);
+        r.feed(&bytes);
+        assert_eq!(r.finish().1, 1);
+    }
+
+    #[test]
+    fn abs_range_ignores_signs_zeros_and_how_the_bytes_are_cut() {
+        let vals = [0.5f32, -4.0, 0.0, 0.25, -0.125, f32::NAN, 2.0];
+        let bytes: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| f32_to_bf16(v).to_le_bytes())
+            .collect();
+        for cut in 0..=bytes.len() {
+            let mut r = AbsRange::new(DenseDtype::Bf16, 7);
+            r.feed(&bytes[..cut]);
+            r.feed(&bytes[cut..]);
+            // One row; median of the finite magnitudes 0.25: 4 > 8 × 0.25.
+            assert_eq!(r.finish(), (Some([0.125, 4.0]), 1), "cut at {cut}");
+        }
+        let mut r = AbsRange::new(DenseDtype::F32, 1);
+        r.feed(&0f32.to_le_bytes());
+        assert_eq!(r.finish(), (None, 0));
+    }
+}

@@ -1,0 +1,579 @@
+//! The quantization block of an MLX-LM config and the quantized modules of
+//! the checkpoint: which tensors form a module, the bits, group size and
+//! mode each has (its per-module entry, else the global block), and whether
+//! the shapes agree. Valid modules get layouts; every other float tensor is
+//! dense.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::finding::Finding;
+use crate::finding::checks as c;
+use crate::format::{DenseDtype, Layout, Precision, QuantMode, ScaleKind, TensorInfo};
+
+/// Most experts one stacked module may hold.
+pub const MAX_EXPERTS: u64 = 4096;
+
+/// One module's quantization parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// Mode.
+    pub mode: QuantMode,
+    /// Bits per code.
+    pub bits: u8,
+    /// Inputs per scale.
+    pub group: u64,
+}
+
+impl Params {
+    /// Why these parameters are not ones MLX quantizes with, if they are not.
+    pub fn invalid(self) -> Option<String> {
+        match self.mode.fixed() {
+            Some((bits, group)) if (self.bits, self.group) != (bits, group) => Some(format!(
+                "mode {} needs bits {bits} and group_size {group}, not bits {} and group_size {}",
+                self.mode.as_str(),
+                self.bits,
+                self.group
+            )),
+            Some(_) => None,
+            None if ![2, 3, 4, 5, 6, 8].contains(&self.bits) => Some(format!(
+                "affine bits must be 2, 3, 4, 5, 6 or 8, not {}",
+                self.bits
+            )),
+            None if ![32, 64, 128].contains(&self.group) => Some(format!(
+                "affine group_size must be 32, 64 or 128, not {}",
+                self.group
+            )),
+            None => None,
+        }
+    }
+}
+
+/// A per-module entry of the quantization block.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Entry {
+    /// `false`: the module stays dense.
+    Dense,
+    /// An object: the module is quantized with these parameters.
+    Quantized {
+        /// Its parameters (missing keys from the global block).
+        params: Params,
+        /// `global_scale: true` (nvfp4 stacked layers).
+        global_scale: bool,
+    },
+}
+
+/// The parsed quantization block.
+#[derive(Debug, Clone)]
+pub struct Block {
+    /// The global parameters.
+    pub global: Params,
+    /// Per-module entries by module path.
+    pub entries: BTreeMap<String, Entry>,
+}
+
+fn int_key(
+    o: &serde_json::Map<String, Value>,
+    key: &str,
+    at: &str,
+    findings: &mut Vec<Finding>,
+) -> Option<u64> {
+    let v = o.get(key)?;
+    match v.as_u64().filter(|&n| n > 0 && n <= 1 << 20) {
+        Some(n) => Some(n),
+        None => {
+            findings.push(
+                Finding::error(
+                    c::MLXLM_CONFIG,
+                    format!("config.json {at}.{key} is {v}, expected a positive integer"),
+                )
+                .field(format!("{at}.{key}")),
+            );
+            None
+        }
+    }
+}
+
+fn mode_key(
+    o: &serde_json::Map<String, Value>,
+    at: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<Option<QuantMode>, ()> {
+    let Some(v) = o.get("mode") else {
+        return Ok(None);
+    };
+    match v.as_str().and_then(QuantMode::parse) {
+        Some(m) => Ok(Some(m)),
+        None => {
+            findings.push(
+                Finding::error(
+                    c::MLXLM_CONFIG,
+                    format!(
+                        "config.json {at}.mode is {v}, expected \"affine\", \"mxfp4\", \"nvfp4\" or \"mxfp8\""
+                    ),
+                )
+                .field(format!("{at}.mode")),
+            );
+            Err(())
+        }
+    }
+}
+
+/// Parses the block; `None` when it cannot be used at all (then no module
+/// gets a layout, and the finding says why).
+pub fn parse_block(q: &Value, findings: &mut Vec<Finding>) -> Option<Block> {
+    let Some(o) = q.as_object() else {
+        findings.push(
+            Finding::error(
+                c::MLXLM_CONFIG,
+                format!(
+                    "config.json's quantization is {}, expected an object with group_size, bits and mode",
+                    crate::format::json::kind(q)
+                ),
+            )
+            .field("quantization"),
+        );
+        return None;
+    };
+    let mode = mode_key(o, "quantization", findings)
+        .ok()?
+        .unwrap_or(QuantMode::Affine);
+    let (dbits, dgroup) = mode.defaults();
+    let bits = int_key(o, "bits", "quantization", findings);
+    let group = int_key(o, "group_size", "quantization", findings);
+    let global = Params {
+        mode,
+        bits: u8::try_from(bits.unwrap_or(u64::from(dbits))).unwrap_or(0),
+        group: group.unwrap_or(dgroup),
+    };
+    let mut entries = BTreeMap::new();
+    for (key, v) in o {
+        let at = format!("quantization[{key:?}]");
+        match v {
+            Value::Bool(false) => {
+                entries.insert(key.clone(), Entry::Dense);
+            }
+            Value::Bool(true) => {
+                entries.insert(
+                    key.clone(),
+                    Entry::Quantized {
+                        params: global,
+                        global_scale: false,
+                    },
+                );
+            }
+            Value::Object(e) => {
+                let Ok(mode) = mode_key(e, &at, findings) else {
+                    continue;
+                };
+                let mode = mode.unwrap_or(global.mode);
+                let bits = int_key(e, "bits", &at, findings);
+                let group = int_key(e, "group_size", &at, findings);
+                let params = Params {
+                    mode,
+                    bits: u8::try_from(bits.unwrap_or(u64::from(global.bits))).unwrap_or(0),
+                    group: group.unwrap_or(global.group),
+                };
+                let global_scale = match e.get("global_scale") {
+                    None => false,
+                    Some(Value::Bool(b)) => *b,
+                    Some(other) => {
+                        findings.push(
+                            Finding::error(
+                                c::MLXLM_CONFIG,
+                                format!(
+                                    "config.json {at}.global_scale is {other}, expected true or false"
+                                ),
+                            )
+                            .field(format!("{at}.global_scale")),
+                        );
+                        false
+                    }
+                };
+                entries.insert(
+                    key.clone(),
+                    Entry::Quantized {
+                        params,
+                        global_scale,
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+    Some(Block { global, entries })
+}
+
+fn dtype(t: &TensorInfo) -> &str {
+    t.source_dtype.as_deref().unwrap_or("?")
+}
+
+fn shape(t: &TensorInfo) -> Vec<u64> {
+    t.shape.clone().unwrap_or_default()
+}
+
+/// Finds the quantized modules, checks them and gives their tensors
+/// layouts. Returns the names of every tensor that belongs to a module (so
+/// they are not taken for dense tensors).
+pub fn quantized(
+    tensors: &mut [TensorInfo],
+    block: Option<&Block>,
+    findings: &mut Vec<Finding>,
+) -> HashSet<String> {
+    let index: HashMap<String, usize> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.clone(), i))
+        .collect();
+    let mut members = HashSet::new();
+    let mut prefixes: Vec<String> = tensors
+        .iter()
+        .filter_map(|t| t.name.strip_suffix(".scales").map(str::to_string))
+        .collect();
+    prefixes.sort();
+    for p in &prefixes {
+        for part in ["weight", "scales", "biases", "global_scale"] {
+            members.insert(format!("{p}.{part}"));
+        }
+    }
+    // Parts without their scales.
+    let mut orphans: Vec<(String, String)> = Vec::new();
+    for t in tensors.iter() {
+        if let Some(p) = t.name.strip_suffix(".biases")
+            && !index.contains_key(&format!("{p}.scales"))
+        {
+            orphans.push((
+                t.name.clone(),
+                format!(
+                    "{} has no {p}.scales: biases belong to an affine-quantized module",
+                    t.name
+                ),
+            ));
+        }
+        if let Some(p) = t.name.strip_suffix(".weight")
+            && dtype(t) == "U32"
+            && !index.contains_key(&format!("{p}.scales"))
+        {
+            orphans.push((
+                t.name.clone(),
+                format!("{} is packed U32 codes but {p}.scales is missing", t.name),
+            ));
+        }
+    }
+    for (name, msg) in orphans {
+        members.insert(name.clone());
+        findings.push(Finding::error(c::MLXLM_MODULE, msg).tensor(name));
+    }
+    let Some(block) = block else {
+        return members;
+    };
+    for p in &prefixes {
+        module(tensors, &index, block, p, findings);
+    }
+    // Entries must name modules that exist, quantized as they say.
+    for (key, entry) in &block.entries {
+        let has = |part: &str| index.contains_key(&format!("{key}.{part}"));
+        let field = format!("quantization[{key:?}]");
+        if !has("weight") && !has("scales") {
+            findings.push(
+                Finding::error(
+                    c::MLXLM_OVERRIDE,
+                    format!(
+                        "config.json's quantization has an entry for {key}, but the checkpoint has no module {key} (no {key}.weight)"
+                    ),
+                )
+                .field(field),
+            );
+            continue;
+        }
+        match entry {
+            Entry::Dense if has("scales") => findings.push(
+                Finding::error(
+                    c::MLXLM_OVERRIDE,
+                    format!("config.json says {key} stays dense (false), but {key}.scales exists"),
+                )
+                .tensor(format!("{key}.scales"))
+                .field(field),
+            ),
+            Entry::Quantized { .. } if !has("scales") => findings.push(
+                Finding::error(
+                    c::MLXLM_OVERRIDE,
+                    format!(
+                        "config.json gives {key} quantization parameters, but {key} has no scales (it is stored dense)"
+                    ),
+                )
+                .tensor(format!("{key}.weight"))
+                .field(field),
+            ),
+            _ => {}
+        }
+    }
+    members
+}
+
+fn module(
+    tensors: &mut [TensorInfo],
+    index: &HashMap<String, usize>,
+    block: &Block,
+    p: &str,
+    findings: &mut Vec<Finding>,
+) {
+    let get = |part: &str| index.get(&format!("{p}.{part}")).copied();
+    let (Some(s), w, b, g) = (
+        get("scales"),
+        get("weight"),
+        get("biases"),
+        get("global_scale"),
+    ) else {
+        return;
+    };
+    let err = |name: &str, msg: String| Finding::error(c::MLXLM_MODULE, msg).tensor(name);
+    let (params, global_scale, from) = match block.entries.get(p) {
+        Some(Entry::Quantized {
+            params,
+            global_scale,
+        }) => (
+            *params,
+            *global_scale,
+            format!("its entry quantization[{p:?}]"),
+        ),
+        _ => (
+            block.global,
+            false,
+            "the global quantization block".to_string(),
+        ),
+    };
+    let Some(w) = w else {
+        findings.push(err(
+            &tensors[s].name,
+            format!("{p}.scales exists but {p}.weight is missing"),
+        ));
+        return;
+    };
+    let mut ok = true;
+    if dtype(&tensors[w]) != "U32" {
+        findings.push(err(
+            &tensors[w].name,
+            format!(
+                "{p}.weight is {}, expected U32 packed codes",
+                dtype(&tensors[w])
+            ),
+        ));
+        ok = false;
+    }
+    let (ws, ss) = (shape(&tensors[w]), shape(&tensors[s]));
+    let scale_kind = params.mode.scale_kind();
+    let sd = dtype(&tensors[s]).to_string();
+    match scale_kind {
+        None => {
+            if DenseDtype::parse(&sd).is_none() {
+                findings.push(err(
+                    &tensors[s].name,
+                    format!("{p}.scales is {sd}; affine scales are F16, BF16 or F32"),
+                ));
+                ok = false;
+            }
+            match b {
+                None => {
+                    findings.push(err(
+                        &tensors[s].name,
+                        format!("{p} is affine ({from}) but {p}.biases is missing"),
+                    ));
+                    ok = false;
+                }
+                Some(b) if dtype(&tensors[b]) != sd || shape(&tensors[b]) != ss => {
+                    findings.push(err(
+                        &tensors[b].name,
+                        format!(
+                            "{p}.biases is {} {:?}, but {p}.scales is {sd} {ss:?}; they must match",
+                            dtype(&tensors[b]),
+                            shape(&tensors[b])
+                        ),
+                    ));
+                    ok = false;
+                }
+                Some(_) => {}
+            }
+        }
+        Some(_) => {
+            if sd != "U8" {
+                findings.push(err(
+                    &tensors[s].name,
+                    format!("{p}.scales is {sd}; {} scales are U8", params.mode.as_str()),
+                ));
+                ok = false;
+            }
+            if let Some(b) = b {
+                findings.push(err(
+                    &tensors[b].name,
+                    format!(
+                        "{p} is {} ({from}), which has no biases, but {p}.biases exists",
+                        params.mode.as_str()
+                    ),
+                ));
+                ok = false;
+            }
+        }
+    }
+    let rank = ws.len();
+    if !(2..=4).contains(&rank) || ss.len() != rank || ws[..rank - 2] != ss[..rank - 2] {
+        findings.push(err(
+            &tensors[s].name,
+            format!(
+                "{p}.weight is {ws:?} and {p}.scales is {ss:?}: expected [..., out, words] and [..., out, groups] with the same leading dimensions"
+            ),
+        ));
+        return;
+    }
+    let (out, words, groups) = (ws[rank - 2], ws[rank - 1], ss[rank - 1]);
+    let experts = ws[..rank - 2]
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .unwrap_or(u64::MAX);
+    if ss[rank - 2] != out || out == 0 || words == 0 || groups == 0 || experts == 0 {
+        findings.push(err(
+            &tensors[s].name,
+            format!("{p}.weight is {ws:?} and {p}.scales is {ss:?}: the out dimensions differ or one is empty"),
+        ));
+        return;
+    }
+    if experts > MAX_EXPERTS {
+        findings.push(err(
+            &tensors[w].name,
+            format!("{p}.weight stacks {experts} experts, more than {MAX_EXPERTS}"),
+        ));
+        return;
+    }
+    if let Some(why) = params.invalid() {
+        findings.push(
+            Finding::error(c::MLXLM_QUANT, format!("{p}: {why} ({from})"))
+                .tensor(tensors[w].name.clone()),
+        );
+        return;
+    }
+    let bits = u64::from(params.bits);
+    let cols = groups.saturating_mul(params.group);
+    if words.saturating_mul(32) != cols.saturating_mul(bits) {
+        let inferred_group = if (words * 32).is_multiple_of(bits) {
+            format!("{}", words * 32 / bits / groups.max(1))
+        } else {
+            "not an integer".into()
+        };
+        findings.push(
+            Finding::error(
+                c::MLXLM_QUANT,
+                format!(
+                    "{p}: {from} says bits {}, group_size {}, but the shapes disagree: weight [.., {out}, {words}] and scales [.., {out}, {groups}] give in = {groups}·{} = {cols} and bits = {words}·32/{cols} = {:.3}; with bits {} the shapes give group_size = {inferred_group}",
+                    params.bits,
+                    params.group,
+                    params.group,
+                    (words * 32) as f64 / cols.max(1) as f64,
+                    params.bits
+                ),
+            )
+            .tensor(tensors[w].name.clone()),
+        );
+        return;
+    }
+    // nvfp4's per-expert global scale.
+    match (g, params.mode) {
+        (Some(g), QuantMode::Nvfp4) => {
+            let gs = shape(&tensors[g]);
+            let lead = &ws[..rank - 2];
+            let fits = gs == lead || (experts == 1 && (gs.is_empty() || gs == [1]));
+            if dtype(&tensors[g]) != "F32" || !fits {
+                findings.push(err(
+                    &tensors[g].name,
+                    format!(
+                        "{p}.global_scale is {} {gs:?}, expected F32 {lead:?} (one per expert)",
+                        dtype(&tensors[g])
+                    ),
+                ));
+                ok = false;
+            } else if ok {
+                tensors[g].layout = Some(Layout::GlobalScale { experts });
+            }
+        }
+        (Some(g), mode) => {
+            findings.push(err(
+                &tensors[g].name,
+                format!(
+                    "{p}.global_scale exists but {p} is {}; only nvfp4 has a global scale",
+                    mode.as_str()
+                ),
+            ));
+            ok = false;
+        }
+        (None, _) if global_scale => {
+            findings.push(err(
+                &tensors[w].name,
+                format!("{from} says global_scale: true, but {p}.global_scale is missing"),
+            ));
+            ok = false;
+        }
+        (None, _) => {}
+    }
+    let note = serde_json::json!({
+        "mode": params.mode.as_str(), "bits": params.bits, "group_size": params.group,
+        "from": from,
+    });
+    for i in [Some(w), Some(s), b, g].into_iter().flatten() {
+        if let Some(r) = tensors[i].record.as_object_mut() {
+            r.insert("quantization".into(), note.clone());
+        }
+    }
+    tensors[w].precision = Precision::Mlx(params.mode, params.bits);
+    let mut logical = ws[..rank - 1].to_vec();
+    logical.push(cols);
+    tensors[w].shape = Some(logical);
+    tensors[s].precision = match scale_kind {
+        Some(ScaleKind::E8m0) => Precision::E8m0,
+        Some(ScaleKind::E4m3) => Precision::E4m3,
+        None => Precision::Original,
+    };
+    if !ok {
+        return;
+    }
+    tensors[w].layout = Some(Layout::MlxCodes {
+        mode: params.mode,
+        bits: params.bits,
+        group: params.group,
+        experts,
+        rows: out,
+        cols,
+    });
+    let count = experts * out * groups;
+    match scale_kind {
+        Some(kind) => {
+            tensors[s].layout = Some(Layout::MlxScales {
+                kind,
+                experts,
+                per_expert: out * groups,
+            });
+        }
+        None => {
+            let dtype = DenseDtype::parse(&sd).unwrap_or(DenseDtype::F32);
+            for i in [Some(s), b].into_iter().flatten() {
+                tensors[i].layout = Some(Layout::MlxParams { dtype, count });
+            }
+        }
+    }
+}
+
+/// Gives every float tensor outside the quantized modules a dense layout
+/// (its values are checked finite and histogrammed); other dtypes are
+/// listed without value checks.
+pub fn dense(tensors: &mut [TensorInfo], members: &HashSet<String>) {
+    for t in tensors.iter_mut() {
+        if t.layout.is_some() || members.contains(&t.name) {
+            continue;
+        }
+        if let Some(dtype) = t.source_dtype.as_deref().and_then(DenseDtype::parse) {
+            t.layout = Some(Layout::Dense {
+                dtype,
+                count: t.parameters().unwrap_or(0),
+            });
+        }
+    }
+}

@@ -1,0 +1,505 @@
+//! MLX-LM checkpoints written by MLX itself (tests/mlx_lm_checkpoint.py:
+//! mx.quantize + mx.save_safetensors, config.json, index), in every mode and
+//! in a mixed recipe with 2-, 3-, 5-, 6- and 8-bit modules: each audits
+//! valid, `export` equals `mx.dequantize` bit for bit, and `hist`'s code
+//! counts equal numpy's unpacking of the U32 words. Plus plain safetensors
+//! (a folder and a lone file) and the hash lists.
+
+mod common;
+
+use std::fs;
+
+use common::mlxlm::{Ckpt, py};
+use common::*;
+use sha2::Digest;
+
+/// Tensors covering an unstacked and a stacked (switch_mlp) module, and
+/// every width of the mixed recipe.
+const TENSORS: &[&str] = &[
+    "model.embed_tokens.weight",
+    "model.layers.0.mlp.down_proj.weight",
+    "model.layers.0.self_attn.v_proj.weight",
+    "model.layers.0.self_attn.o_proj.weight",
+    "model.layers.1.self_attn.v_proj.weight",
+    "model.layers.1.mlp.switch_mlp.down_proj.weight",
+];
+
+/// The data of a float32 .npy file and its header's shape text.
+fn npy(path: &std::path::Path) -> (String, Vec<u8>) {
+    let b = fs::read(path).unwrap();
+    let n = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = String::from_utf8_lossy(&b[10..10 + n]).into_owned();
+    assert!(header.contains("'<f4'"), "{header}");
+    let shape = header
+        .split("'shape': ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap()
+        .to_string();
+    (shape, b[10 + n..].to_vec())
+}
+
+#[test]
+fn mlx_written_checkpoints_audit_valid_and_export_and_counts_match_mlx() {
+    let modes: &[&[&str]] = &[
+        &["--mode", "affine"],
+        &["--mode", "affine", "--bits", "3", "--group", "32"],
+        &["--mode", "affine", "--bits", "8", "--group", "128"],
+        &["--mode", "mxfp4"],
+        &["--mode", "nvfp4"],
+        &["--mode", "mxfp8"],
+        &["--mixed"],
+    ];
+    for args in modes {
+        let Some(k) = Ckpt::mlx(args) else {
+            require_or_skip("Python with MLX", false);
+            return;
+        };
+        let run = audit_json(&k.dir);
+        let report = run.json();
+        assert_eq!(run.code, 0, "{args:?}: {report:#}");
+        assert_eq!(report["bundle"]["format"], "mlx-lm");
+        assert_eq!(report["files"].as_array().unwrap().len(), 2);
+        let tmp = tempfile::tempdir().unwrap();
+        for name in TENSORS {
+            let ours = tmp.path().join("ours.npy");
+            let theirs = tmp.path().join("mlx.npy");
+            let r = cli(&[
+                "export",
+                k.dir.to_str().unwrap(),
+                "--tensor",
+                name,
+                "--out",
+                ours.to_str().unwrap(),
+            ]);
+            assert_eq!(r.code, 0, "{}", r.stderr);
+            py(&[
+                "dequant",
+                k.dir.to_str().unwrap(),
+                name,
+                theirs.to_str().unwrap(),
+            ])
+            .unwrap();
+            let (a, b) = (npy(&ours), npy(&theirs));
+            assert_eq!(a.0, b.0, "{args:?} {name}: shape");
+            assert!(
+                a.1 == b.1,
+                "{args:?} {name}: values differ from mx.dequantize"
+            );
+            let hist = cli(&["hist", k.dir.to_str().unwrap(), "--tensor", name, "--json"]);
+            assert_eq!(hist.code, 0, "{}", hist.stderr);
+            let counts = &hist.json()["codes"]["counts"];
+            let numpy: serde_json::Value =
+                serde_json::from_str(&py(&["counts", k.dir.to_str().unwrap(), name]).unwrap())
+                    .unwrap();
+            assert_eq!(counts, &numpy, "{args:?} {name}: code counts");
+        }
+    }
+}
+
+#[test]
+fn mixed_recipe_modules_carry_their_own_bits() {
+    let Some(k) = Ckpt::mlx(&["--mixed"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    let report = audit_json(&k.dir).json();
+    let precision = |n: &str| {
+        report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == n)
+            .map(|t| t["precision"].as_str().unwrap().to_string())
+            .unwrap()
+    };
+    assert_eq!(precision("model.layers.0.mlp.down_proj.weight"), "affine6");
+    assert_eq!(
+        precision("model.layers.0.self_attn.o_proj.weight"),
+        "affine2"
+    );
+    assert_eq!(
+        precision("model.layers.1.self_attn.v_proj.weight"),
+        "affine3"
+    );
+    assert_eq!(
+        precision("model.layers.1.mlp.switch_mlp.down_proj.weight"),
+        "affine5"
+    );
+    assert_eq!(
+        precision("model.layers.0.self_attn.v_proj.weight"),
+        "affine8"
+    );
+    assert_eq!(
+        precision("model.layers.0.self_attn.q_proj.weight"),
+        "affine4"
+    );
+    assert_eq!(precision("model.layers.1.mlp.gate.weight"), "original");
+}
+
+#[test]
+fn plain_safetensors_folders_and_files_open_and_hashes_are_verified() {
+    let Some((_k, src)) = Ckpt::with_source(&["--mode", "affine"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    let run = audit_json(&src);
+    let report = run.json();
+    assert_eq!(run.code, 0, "{report:#}");
+    assert_eq!(report["bundle"]["format"], "safetensors");
+    let shard = src.join("model-00001-of-00002.safetensors");
+    let sha = hex(&sha2::Sha256::digest(fs::read(&shard).unwrap()));
+    for f in report["files"].as_array().unwrap() {
+        assert_eq!(f["ok"], serde_json::Value::Null, "no hash list yet: {f}");
+        if f["file"] == "model-00001-of-00002.safetensors" {
+            assert_eq!(f["sha256"], sha.as_str());
+        }
+    }
+    // One file on its own.
+    let one = audit_json(&shard);
+    assert_eq!(one.code, 0, "{}", one.stdout);
+    assert_eq!(one.json()["files"].as_array().unwrap().len(), 1);
+    // --expect: right hash verified, wrong one an error naming --expect.
+    let path = src.to_str().unwrap();
+    let good = format!("model-00001-of-00002.safetensors={sha}");
+    let r = cli(&["audit", path, "--json", "--expect", &good]);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let f = &r.json()["files"][0];
+    assert_eq!(f["ok"], true, "{f}");
+    let bad = format!("model-00001-of-00002.safetensors={}", "0".repeat(64));
+    let r = cli(&["audit", path, "--json", "--expect", &bad]);
+    assert_eq!(r.code, 1);
+    let report = r.json();
+    let hits = findings_of(&report, "payload.sha256");
+    assert!(hits[0]["message"].as_str().unwrap().contains("--expect"));
+    // SHA256SUMS in the folder.
+    fs::write(
+        src.join("SHA256SUMS"),
+        format!("{sha}  model-00001-of-00002.safetensors\n"),
+    )
+    .unwrap();
+    let r = audit_json(&src);
+    assert_eq!(r.code, 0);
+    assert_eq!(r.json()["files"][0]["ok"], true);
+    // A malformed --expect is a usage error.
+    let r = cli(&["audit", path, "--expect", "model.safetensors=zz"]);
+    assert_eq!(r.code, 2);
+}
+
+/// `max / min` of the nonzero magnitudes of a module's BF16 (affine) or
+/// E8M0 (mxfp4) scales, read
+/// from the shard's bytes here.
+fn scale_range(k: &Ckpt, module: &str, e8m0: bool) -> f64 {
+    let name = format!("{module}.scales");
+    let path = k.shard_of(&name);
+    let bytes = fs::read(&path).unwrap();
+    let (header, data) = Ckpt::header(&path);
+    let o = &header[&name]["data_offsets"];
+    let b = &bytes[data + o[0].as_u64().unwrap() as usize..data + o[1].as_u64().unwrap() as usize];
+    let v: Vec<f64> = if e8m0 {
+        b.iter().map(|&x| 2f64.powi(i32::from(x) - 127)).collect()
+    } else {
+        b.chunks_exact(2)
+            .map(|c| {
+                f64::from(f32::from_bits(
+                    u32::from(u16::from_le_bytes([c[0], c[1]])) << 16,
+                ))
+            })
+            .collect()
+    };
+    // Magnitudes: MLX's affine scales take either sign (a group whose edge
+    // is its minimum gets a negative scale).
+    let a = v.iter().map(|x| x.abs()).filter(|&x| x > 0.0);
+    let max = a.clone().fold(f64::MIN, f64::max);
+    let min = a.fold(f64::MAX, f64::min);
+    max / min
+}
+
+#[test]
+fn totals_count_scales_and_biases_with_their_module_and_scale_ranges_are_filled() {
+    for (args, label, bpw, e8m0) in [
+        (&["--mode", "affine"][..], "affine4", 4.5, false),
+        (&["--mode", "mxfp4"][..], "mxfp4", 4.25, true),
+    ] {
+        let Some((k, src)) = Ckpt::with_source(args) else {
+            require_or_skip("Python with MLX", false);
+            return;
+        };
+        let q = audit_json(&k.dir).json();
+        let s = audit_json(&src).json();
+        // The quantized model has the parameters of its BF16 source.
+        assert_eq!(
+            q["totals"]["parameters"], s["totals"]["parameters"],
+            "{args:?}"
+        );
+        assert_eq!(
+            q["totals"]["tensors"].as_u64().unwrap(),
+            q["tensors"].as_array().unwrap().len() as u64
+        );
+        let p = &q["totals"]["by_precision"];
+        assert!(
+            p.get("e8m0").is_none() && p.get("original").is_some(),
+            "{p:#}"
+        );
+        // Codes, scales (and biases) over the module's parameters.
+        let got = p[label]["bits_per_weight"].as_f64().unwrap();
+        assert!((got - bpw).abs() < 1e-9, "{args:?}: {got} bits per weight");
+        for module in [
+            "model.layers.0.mlp.up_proj",
+            "model.layers.1.mlp.switch_mlp.down_proj",
+        ] {
+            let t = q["tensors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == format!("{module}.weight"))
+                .unwrap();
+            let got = t["stats"]["quality"]["scale_dynamic_range"]
+                .as_f64()
+                .unwrap();
+            let want = scale_range(&k, module, e8m0);
+            assert!(
+                (got - want).abs() <= 1e-9 * want,
+                "{args:?} {module}: {got} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn nvfp4_global_scale_modules_export_as_mx_dequantize_does() {
+    let Some(k) = Ckpt::mlx(&["--mode", "nvfp4", "--global-scale"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    let run = audit_json(&k.dir);
+    let report = run.json();
+    assert_eq!(run.code, 0, "{report:#}");
+    let globals = report["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["name"].as_str().unwrap().ends_with(".global_scale"))
+        .count();
+    assert_eq!(globals, 3, "one per stacked module");
+    let tmp = tempfile::tempdir().unwrap();
+    for name in [
+        "model.layers.1.mlp.switch_mlp.down_proj.weight",
+        "model.layers.1.mlp.switch_mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight",
+    ] {
+        let (ours, theirs) = (tmp.path().join("o.npy"), tmp.path().join("m.npy"));
+        let r = cli(&[
+            "export",
+            k.dir.to_str().unwrap(),
+            "--tensor",
+            name,
+            "--out",
+            ours.to_str().unwrap(),
+        ]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        py(&[
+            "dequant",
+            k.dir.to_str().unwrap(),
+            name,
+            theirs.to_str().unwrap(),
+        ])
+        .unwrap();
+        let (a, b) = (npy(&ours), npy(&theirs));
+        assert_eq!(a.0, b.0, "{name}: shape");
+        assert!(a.1 == b.1, "{name}: values differ from mx.dequantize");
+    }
+}
+
+#[test]
+fn hist_all_aggregates_each_mlx_precision_as_numpy_counts_it() {
+    let Some(k) = Ckpt::mlx(&["--mixed"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    let dir = k.dir.to_str().unwrap();
+    let report = audit_json(&k.dir).json();
+    let r = cli(&["hist", dir, "--all", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let out = r.json();
+    let aggs = out["aggregates"].as_array().unwrap();
+    let labels: Vec<&str> = aggs
+        .iter()
+        .map(|a| a["precision"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "affine2", "affine3", "affine4", "affine5", "affine6", "affine8"
+        ]
+    );
+    for a in aggs {
+        let label = a["precision"].as_str().unwrap();
+        let names: Vec<&str> = report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["precision"] == label)
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(a["tensors"], names.len(), "{label}");
+        let mut want: Vec<u64> = Vec::new();
+        for name in names {
+            let c: Vec<u64> = serde_json::from_str(&py(&["counts", dir, name]).unwrap()).unwrap();
+            want.resize(c.len(), 0);
+            for (w, n) in want.iter_mut().zip(c) {
+                *w += n;
+            }
+        }
+        assert_eq!(a["codes"]["counts"], serde_json::json!(want), "{label}");
+    }
+}
+
+/// The float32 values of a tensor as `export` writes them.
+fn exported(dir: &std::path::Path, name: &str, out: &std::path::Path) -> Vec<f32> {
+    let r = cli(&[
+        "export",
+        dir.to_str().unwrap(),
+        "--tensor",
+        name,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    npy(out)
+        .1
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn diff_of_two_mlx_lm_checkpoints_measures_each_changed_module() {
+    let (Some(a), Some(b)) = (
+        Ckpt::mlx(&["--mode", "affine"]),
+        Ckpt::mlx(&["--mode", "affine"]),
+    ) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    // B: row 5 of one module's BF16 scales doubled; one word of another's codes flipped.
+    let scaled = "model.layers.0.self_attn.k_proj";
+    b.patch(&format!("{scaled}.scales"), |s| {
+        for v in s[5 * 4..6 * 4].chunks_exact_mut(2) {
+            let x = u16::from_le_bytes([v[0], v[1]]) + 0x80;
+            v.copy_from_slice(&x.to_le_bytes());
+        }
+    });
+    let coded = "model.layers.1.mlp.switch_mlp.up_proj.weight";
+    b.patch(coded, |w| {
+        for x in &mut w[1000..1004] {
+            *x ^= 0xff;
+        }
+    });
+    let r = cli(&[
+        "diff",
+        a.dir.to_str().unwrap(),
+        b.dir.to_str().unwrap(),
+        "--json",
+    ]);
+    let report = r.json();
+    let rows = report["tensors"].as_array().unwrap();
+    let changed: Vec<&serde_json::Value> =
+        rows.iter().filter(|t| t["status"] == "changed").collect();
+    assert_eq!(changed.len(), 2, "{report:#}");
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, weight, part) in [
+        (
+            format!("{scaled}.scales"),
+            format!("{scaled}.weight"),
+            "scales",
+        ),
+        (coded.to_string(), coded.to_string(), "codes"),
+    ] {
+        let row = changed.iter().find(|t| t["name"] == name.as_str()).unwrap();
+        assert_eq!(row["differs"], serde_json::json!([part]), "{row}");
+        let va = exported(&a.dir, &weight, &tmp.path().join("a.npy"));
+        let vb = exported(&b.dir, &weight, &tmp.path().join("b.npy"));
+        let (mut d, mut s) = (0f64, 0f64);
+        for (x, y) in va.iter().zip(&vb) {
+            let (x, y) = (f64::from(*x), f64::from(*y));
+            d += (y - x) * (y - x);
+            s += x * x;
+        }
+        let want = (d / s).sqrt();
+        let got = row["weight_rel_err"].as_f64().unwrap();
+        assert!(
+            want > 0.0 && (got - want).abs() <= 1e-9 * want,
+            "{name}: {got} vs {want}"
+        );
+    }
+    let row = changed
+        .iter()
+        .find(|t| t["name"] == format!("{scaled}.scales").as_str())
+        .unwrap();
+    assert_eq!(row["worst_row"]["row"], 5);
+}
+
+#[test]
+fn outlier_rows_come_from_the_scales_tensor() {
+    for (args, e8m0) in [
+        (&["--mode", "affine"][..], false),
+        (&["--mode", "mxfp4"][..], true),
+    ] {
+        let Some(k) = Ckpt::mlx(args) else {
+            require_or_skip("Python with MLX", false);
+            return;
+        };
+        let module = "model.layers.0.mlp.up_proj";
+        // Row 7's scales ×16: BF16 exponent +4, E8M0 byte +4.
+        k.patch(&format!("{module}.scales"), |s| {
+            if e8m0 {
+                for b in &mut s[7 * 4..8 * 4] {
+                    *b += 4;
+                }
+            } else {
+                for v in s[7 * 4..8 * 4].chunks_exact_mut(2) {
+                    let x = u16::from_le_bytes([v[0], v[1]]) + 0x200;
+                    v.copy_from_slice(&x.to_le_bytes());
+                }
+            }
+        });
+        // Independently: rows of |s|, the median magnitude, rows above 8×.
+        let name = format!("{module}.scales");
+        let path = k.shard_of(&name);
+        let bytes = fs::read(&path).unwrap();
+        let (header, data) = Ckpt::header(&path);
+        let o = &header[&name]["data_offsets"];
+        let groups = header[&name]["shape"][1].as_u64().unwrap() as usize;
+        let b =
+            &bytes[data + o[0].as_u64().unwrap() as usize..data + o[1].as_u64().unwrap() as usize];
+        let mags: Vec<f64> = if e8m0 {
+            b.iter().map(|&x| 2f64.powi(i32::from(x) - 127)).collect()
+        } else {
+            b.chunks_exact(2)
+                .map(|c| {
+                    f64::from(f32::from_bits(
+                        u32::from(u16::from_le_bytes([c[0], c[1]])) << 16,
+                    ))
+                    .abs()
+                })
+                .collect()
+        };
+        let mut sorted = mags.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len().div_ceil(2) - 1];
+        let want = mags
+            .chunks_exact(groups)
+            .filter(|r| r.iter().copied().fold(0.0, f64::max) > 8.0 * median)
+            .count();
+        assert!(want >= 1, "{args:?}: the patched row is an outlier");
+        let report = audit_json(&k.dir).json();
+        let t = report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == format!("{module}.weight"))
+            .unwrap();
+        assert_eq!(t["stats"]["quality"]["outlier_rows"], want, "{args:?}");
+    }
+}
