@@ -393,6 +393,18 @@ impl App {
         })
     }
 
+    /// Waits until the range hashes hashed after the audit are in. For tests.
+    pub fn wait_for_range_hashes(&mut self, timeout: Duration) -> bool {
+        self.wait_until(timeout, |app| {
+            if let Some(s) = &mut app.session {
+                for e in app.range_hashes.poll(s.id) {
+                    s.apply(&e);
+                }
+            }
+            !app.range_hashes.running()
+        })
+    }
+
     /// Runs `step` every 2 ms until it says done (true) or `timeout` passes
     /// (false).
     fn wait_until(&mut self, timeout: Duration, mut step: impl FnMut(&mut Self) -> bool) -> bool {

@@ -99,6 +99,10 @@ impl Gui {
             self.app().wait_for_writes(Duration::from_secs(30)),
             "writes did not finish"
         );
+        assert!(
+            self.app().wait_for_range_hashes(Duration::from_secs(60)),
+            "range hashes did not finish"
+        );
         self.harness.run_steps(3);
     }
 
