@@ -333,6 +333,16 @@ fn a_cached_verdict_says_so_until_the_background_reverify_hashes_the_bytes() {
     assert_eq!(g.verdict(), "Valid");
     assert!(g.shows("✔ verified"));
     assert!(!g.shows("verified (cached)"), "re-hashed now");
+    // The re-verified session, which replaced the cached one, gets its
+    // range hashes too.
+    assert!(g.app().wait_for_range_hashes(Duration::from_secs(60)));
+    let s = g.state().session().unwrap();
+    let bundle = s.model.bundle.clone().unwrap();
+    for (i, t) in bundle.tensors.iter().enumerate() {
+        if t.alias_of.is_none() && t.range().is_some() {
+            assert!(s.model.range_hashes[i].is_some(), "{} not hashed", t.name);
+        }
+    }
 }
 
 #[test]

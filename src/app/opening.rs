@@ -276,12 +276,10 @@ impl App {
         if let Some(p) = session.cached_passed {
             session.model.passed = p;
         }
-        if matches!(session.model.outcome, Some(Ok(_)))
-            && let Some(b) = session.model.bundle.clone()
-        {
-            self.range_hashes
-                .start(session.id, b, &session.model.range_hashes, self.ctx.clone());
-        }
+        self.start_range_hashes();
+        let Some(session) = &mut self.session else {
+            return;
+        };
         match &session.model.outcome {
             Some(Ok(_)) if session.cached.is_some() => self.start_reverify(),
             Some(Ok(_)) => self.store_in_cache(),
@@ -358,6 +356,19 @@ impl App {
         if matches!(r.session.model.outcome, Some(Ok(_))) {
             self.session = Some(r.session);
             self.store_in_cache();
+            // The re-verified session replaces the one being hashed.
+            self.start_range_hashes();
+        }
+    }
+
+    /// Hashes each tensor's range of the finished audit on a job.
+    fn start_range_hashes(&mut self) {
+        let Some(session) = &self.session else { return };
+        if matches!(session.model.outcome, Some(Ok(_)))
+            && let Some(b) = session.model.bundle.clone()
+        {
+            self.range_hashes
+                .start(session.id, b, &session.model.range_hashes, self.ctx.clone());
         }
     }
 

@@ -279,7 +279,10 @@ pub fn table_ui(
 ) {
     let focus_filter = std::mem::take(&mut panel.focus_filter);
     let scroll_to_selected = std::mem::take(&mut panel.scroll_to_selected);
-    ui.horizontal(|ui| {
+    // Wrapped: a GGUF or mixed checkpoint has more precision chips than one
+    // line holds, and an overflowing row would push the table's columns out
+    // of the panel.
+    ui.horizontal_wrapped(|ui| {
         ui.label("Filter");
         let edit = egui::TextEdit::singleline(&mut panel.view.filter)
             .id(filter_id())
