@@ -308,6 +308,9 @@ pub fn table_ui(
     }
     panel.refresh(Some(session));
     let row_h = ui.text_style_height(&egui::TextStyle::Body) + 6.0;
+    // MLX-LM checkpoints: each module's bits, group and mode, beside the
+    // precision (the last column can fall outside a narrow panel).
+    let with_bits = !session.bits.is_empty();
     let mut table = TableBuilder::new(ui)
         .id_salt("tensor-table")
         .striped(true)
@@ -316,16 +319,15 @@ pub fn table_ui(
         .cell_layout(egui::Layout::left_to_right(egui::Align::Center))
         .column(Column::exact(22.0))
         .column(Column::remainder().at_least(160.0).clip(true))
-        .column(Column::exact(70.0))
+        .column(Column::exact(70.0));
+    if with_bits {
+        table = table.column(Column::exact(96.0));
+    }
+    table = table
         .column(Column::exact(86.0))
         .column(Column::exact(64.0))
         .column(Column::exact(76.0))
         .column(Column::exact(76.0));
-    // MLX-LM checkpoints: each module's bits, group and mode.
-    let with_bits = !session.bits.is_empty();
-    if with_bits {
-        table = table.column(Column::exact(96.0));
-    }
     // Searching the rows is O(rows); only done on the frame that asks.
     if scroll_to_selected
         && let Some(p) = selected.and_then(|s| panel.rows.iter().position(|&r| r == s))
@@ -339,10 +341,6 @@ pub fn table_ui(
             h.col(|ui| header_ui(ui, view, "", SortColumn::Status));
             h.col(|ui| header_ui(ui, view, "name", SortColumn::Name));
             h.col(|ui| header_ui(ui, view, "precision", SortColumn::Precision));
-            h.col(|ui| header_ui(ui, view, "shape", SortColumn::Shape));
-            h.col(|ui| header_ui(ui, view, "dtype", SortColumn::Dtype));
-            h.col(|ui| header_ui(ui, view, "bytes", SortColumn::Bytes));
-            h.col(|ui| header_ui(ui, view, "resident", SortColumn::Resident));
             if with_bits {
                 h.col(|ui| {
                     ui.label(RichText::new("bits").strong()).on_hover_text(
@@ -350,6 +348,10 @@ pub fn table_ui(
                     );
                 });
             }
+            h.col(|ui| header_ui(ui, view, "shape", SortColumn::Shape));
+            h.col(|ui| header_ui(ui, view, "dtype", SortColumn::Dtype));
+            h.col(|ui| header_ui(ui, view, "bytes", SortColumn::Bytes));
+            h.col(|ui| header_ui(ui, view, "resident", SortColumn::Resident));
         })
         .body(|body| {
             body.rows(row_h, rows.len(), |mut row| {
@@ -376,6 +378,9 @@ pub fn table_ui(
                 row.col(|ui| {
                     cell_ui(ui, t.precision.as_str());
                 });
+                if with_bits {
+                    row.col(|ui| cell_ui(ui, &bits_text(t)));
+                }
                 row.col(|ui| {
                     cell_ui(ui, &t.shape_text());
                 });
@@ -388,9 +393,6 @@ pub fn table_ui(
                 row.col(|ui| {
                     cell_ui(ui, &t.resident_bytes.map_or("—".into(), human_bytes));
                 });
-                if with_bits {
-                    row.col(|ui| cell_ui(ui, &bits_text(t)));
-                }
                 if row.response().clicked() {
                     clicked = Some(i);
                 }
