@@ -116,7 +116,7 @@ fn open_file(path: &Path) -> Bundle {
     shards.read(&files, &mut findings);
     let mut tensors = shards.tensors;
     modules::dense(&mut tensors, &[]);
-    tensors.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+    sort_by_name(&mut tensors);
     let mut extra = vec![("file".to_string(), name)];
     extra.extend(shards.metadata);
     Bundle {
@@ -296,7 +296,7 @@ fn open_dir(dir: PathBuf) -> Result<Bundle, OpenError> {
         None => Vec::new(),
     };
     modules::dense(&mut tensors, &members);
-    tensors.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+    sort_by_name(&mut tensors);
 
     let mut extra = Vec::new();
     if let Some((_, m)) = &config {
@@ -596,20 +596,33 @@ fn check_weight_map(
     // Tensors of a shard the index does not name at all are that shard's
     // finding (mlxlm.shards), not one finding per tensor.
     let listed: BTreeSet<&str> = map.values().map(String::as_str).collect();
-    let mut names: Vec<&String> = shards.holders.keys().collect();
+    let mut names: Vec<&String> = shards
+        .holders
+        .iter()
+        .filter(|(name, held)| {
+            held.iter()
+                .any(|&k| listed.contains(files[k].name.as_str()))
+                && !map.contains_key(*name)
+        })
+        .map(|(name, _)| name)
+        .collect();
     names.sort();
     for name in names {
-        let in_listed = shards.holders[name]
-            .iter()
-            .any(|&k| listed.contains(files[k].name.as_str()));
-        if in_listed && !map.contains_key(name) {
-            let file = shards.holders[name]
-                .first()
-                .map_or("?", |&k| files[k].name.as_str());
-            findings.push(err(
-                name,
-                format!("{name} is in {file} but not in the index's weight_map"),
-            ));
-        }
+        let file = shards.holders[name]
+            .first()
+            .map_or("?", |&k| files[k].name.as_str());
+        findings.push(err(
+            name,
+            format!("{name} is in {file} but not in the index's weight_map"),
+        ));
     }
+}
+
+/// Sorts the rows in natural name order (stable), moving each record once.
+fn sort_by_name(tensors: &mut Vec<TensorInfo>) {
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|&a, &b| natural_cmp(&tensors[a].name, &tensors[b].name));
+    let mut slots: Vec<Option<TensorInfo>> =
+        std::mem::take(tensors).into_iter().map(Some).collect();
+    tensors.extend(order.into_iter().filter_map(|i| slots[i].take()));
 }
