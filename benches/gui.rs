@@ -132,10 +132,20 @@ fn open_mlxlm_to_table(dir: &std::path::Path) -> (Duration, usize) {
     let mut h = harness(App::new(None));
     let start = Instant::now();
     h.state_mut().send(Command::Open(dir.to_path_buf()));
+    let mut frames = 0;
     loop {
+        let t = Instant::now();
         h.step();
+        frames += 1;
         let n = h.state().rows().len();
         if n > 0 {
+            if std::env::var_os("BENCH_VERBOSE").is_some() {
+                eprintln!(
+                    "table after {frames} frames, {:.1} ms; the last frame took {:.1} ms",
+                    start.elapsed().as_secs_f64() * 1e3,
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+            }
             return (start.elapsed(), n);
         }
         assert!(

@@ -123,6 +123,14 @@ pub fn parse_header(file: &str, bytes: &[u8]) -> Result<Header, Vec<Finding>> {
     }
     let data_start = 8 + n;
     let json = &bytes[8..data_start as usize];
+    let data_len = len - data_start;
+    // A well-formed header goes through typed, borrowed deserialisation;
+    // anything it does not take (a wrong type, a missing or unknown key, an
+    // escaped name, a duplicate, an unknown dtype) is read again below as a
+    // `Value`, which names every violation.
+    if let Some(header) = fast_header(file, json, data_start) {
+        return finish(file, bytes, header, data_len, Vec::new());
+    }
     let value: Value = match serde_json::from_slice(json) {
         Ok(v) => v,
         Err(e) => {
@@ -140,7 +148,6 @@ pub fn parse_header(file: &str, bytes: &[u8]) -> Result<Header, Vec<Finding>> {
             .offset(8),
         ]);
     };
-    let data_len = len - data_start;
     let mut findings = Vec::new();
     let mut header = Header {
         data_start,
@@ -155,6 +162,17 @@ pub fn parse_header(file: &str, bytes: &[u8]) -> Result<Header, Vec<Finding>> {
             header.tensors.push(t);
         }
     }
+    finish(file, bytes, header, data_len, findings)
+}
+
+/// The offset checks and the `safetensors` crate's second opinion.
+fn finish(
+    file: &str,
+    bytes: &[u8],
+    mut header: Header,
+    data_len: u64,
+    mut findings: Vec<Finding>,
+) -> Result<Header, Vec<Finding>> {
     check_offsets(file, &mut header, data_len, &mut findings);
     if findings.is_empty()
         && let Err(e) = ::safetensors::SafeTensors::read_metadata(bytes)
@@ -169,6 +187,87 @@ pub fn parse_header(file: &str, bytes: &[u8]) -> Result<Header, Vec<Finding>> {
     } else {
         Err(findings)
     }
+}
+
+/// One tensor entry exactly as the format writes it.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTensor<'a> {
+    #[serde(borrow)]
+    dtype: &'a str,
+    shape: Vec<u64>,
+    data_offsets: [u64; 2],
+}
+
+/// The header's entries in file order, names borrowed from the JSON.
+#[derive(Default)]
+struct RawHeader<'a> {
+    tensors: Vec<(&'a str, RawTensor<'a>)>,
+    metadata: Option<Value>,
+}
+
+impl<'de> serde::Deserialize<'de> for RawHeader<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawHeader<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a safetensors header object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut out = RawHeader::default();
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    if key == "__metadata__" {
+                        if out.metadata.is_some() {
+                            return Err(serde::de::Error::custom("duplicate __metadata__"));
+                        }
+                        out.metadata = Some(map.next_value()?);
+                    } else {
+                        out.tensors.push((key, map.next_value()?));
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The header of a well-formed file without building a `Value` per entry,
+/// or `None` when any entry needs the full reading (which reports it).
+fn fast_header(file: &str, json: &[u8], data_start: u64) -> Option<Header> {
+    let raw: RawHeader<'_> = serde_json::from_slice(json).ok()?;
+    let mut seen = std::collections::HashSet::with_capacity(raw.tensors.len());
+    if !raw.tensors.iter().all(|(name, _)| seen.insert(*name)) {
+        return None; // a repeated name: the full reading keeps the last
+    }
+    let mut header = Header {
+        data_start,
+        ..Default::default()
+    };
+    if let Some(m) = &raw.metadata {
+        let mut findings = Vec::new();
+        metadata(file, m, &mut header, &mut findings);
+        if !findings.is_empty() {
+            return None;
+        }
+    }
+    header.tensors.reserve_exact(raw.tensors.len());
+    for (name, t) in raw.tensors {
+        dtype_bits(t.dtype)?;
+        let [b, e] = t.data_offsets;
+        header.tensors.push(StTensor {
+            name: name.to_string(),
+            dtype: t.dtype.to_string(),
+            shape: t.shape,
+            begin: data_start.checked_add(b)?,
+            end: data_start.checked_add(e)?,
+        });
+    }
+    Some(header)
 }
 
 fn metadata(file: &str, entry: &Value, header: &mut Header, findings: &mut Vec<Finding>) {
@@ -502,6 +601,65 @@ mod tests {
         assert_eq!(f[0].tensor.as_deref(), Some("a"));
         assert_eq!(f[0].offset, Some(json_end as u64));
         assert!(f[0].message.contains("s.safetensors"));
+    }
+
+    /// The header as the full `Value` reading gives it.
+    fn slow(file: &str, bytes: &[u8]) -> Header {
+        let n = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+        let value: Value = serde_json::from_slice(&bytes[8..8 + n as usize]).unwrap();
+        let mut h = Header {
+            data_start: 8 + n,
+            ..Default::default()
+        };
+        let mut f = Vec::new();
+        for (name, entry) in value.as_object().unwrap() {
+            if name == "__metadata__" {
+                metadata(file, entry, &mut h, &mut f);
+            } else {
+                h.tensors
+                    .extend(tensor_entry(file, name, entry, 8 + n, &mut f));
+            }
+        }
+        check_offsets(file, &mut h, bytes.len() as u64 - 8 - n, &mut f);
+        assert!(f.is_empty(), "{f:?}");
+        h
+    }
+
+    fn raw(json: &str, data: usize) -> Vec<u8> {
+        let mut b = (json.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(json.as_bytes());
+        b.extend(std::iter::repeat_n(0u8, data));
+        b
+    }
+
+    #[test]
+    fn the_typed_reading_equals_the_value_reading() {
+        // Zero-length tensors share offsets: their order is the file's.
+        let b = raw(
+            r#"{"z":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"__metadata__":{"k":"v","a":"b"},"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"m":{"shape":[2],"dtype":"BF16","data_offsets":[0,4]}}"#,
+            4,
+        );
+        assert!(fast_header("f", &b[8..b.len() - 4], (b.len() - 4) as u64).is_some());
+        let (h, s) = (parse_header("f", &b).unwrap(), slow("f", &b));
+        assert_eq!(h.tensors, s.tensors);
+        assert_eq!(h.metadata, s.metadata);
+        assert_eq!(h.tensors[0].name, "z");
+        // An escaped name and a repeated name take the
+        // full reading, which keeps the last of a repeated entry.
+        for json in [
+            r#"{"a\u0041":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+            r#"{"a":{"dtype":"F32","shape":[9],"data_offsets":[0,36]},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+        ] {
+            let b = raw(json, 4);
+            assert!(fast_header("f", &b[8..b.len() - 4], (b.len() - 4) as u64).is_none());
+            let (h, s) = (parse_header("f", &b).unwrap(), slow("f", &b));
+            assert_eq!(h.tensors, s.tensors);
+        }
+        let b = raw(
+            r#"{"__metadata__":null,"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#,
+            4,
+        );
+        assert!(parse_header("f", &b).unwrap().metadata.is_empty());
     }
 
     #[test]

@@ -14,7 +14,7 @@
 pub mod checksums;
 pub mod modules;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -115,8 +115,8 @@ fn open_file(path: &Path) -> Bundle {
     let mut shards = Shards::default();
     shards.read(&files, &mut findings);
     let mut tensors = shards.tensors;
-    modules::dense(&mut tensors, &HashSet::new());
-    tensors.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+    modules::dense(&mut tensors, &[]);
+    sort_by_name(&mut tensors);
     let mut extra = vec![("file".to_string(), name)];
     extra.extend(shards.metadata);
     Bundle {
@@ -293,10 +293,10 @@ fn open_dir(dir: PathBuf) -> Result<Bundle, OpenError> {
             let block = modules::parse_block(q, &mut findings);
             modules::quantized(&mut tensors, block.as_ref(), &mut findings)
         }
-        None => HashSet::new(),
+        None => Vec::new(),
     };
     modules::dense(&mut tensors, &members);
-    tensors.sort_by(|a, b| natural_cmp(&a.name, &b.name));
+    sort_by_name(&mut tensors);
 
     let mut extra = Vec::new();
     if let Some((_, m)) = &config {
@@ -448,12 +448,38 @@ struct Shards {
 
 impl Shards {
     fn read(&mut self, files: &[PayloadFile], findings: &mut Vec<Finding>) {
-        for (i, f) in files.iter().enumerate() {
-            // Type-checked before it is opened (a FIFO cannot block); only
-            // the header's pages of the map are touched.
-            let header = map_file(&f.name, &f.path)
+        // Type-checked before it is opened (a FIFO cannot block); only
+        // the header's pages of the map are touched. The shards are parsed
+        // side by side, a few per thread, and merged in order.
+        let parse = |f: &PayloadFile| {
+            map_file(&f.name, &f.path)
                 .ok()
-                .map(|map| parse_header(&f.name, &map));
+                .map(|map| parse_header(&f.name, &map))
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(files.len());
+        let headers: Vec<_> = if threads > 1 {
+            let per = files.len().div_ceil(threads);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = files
+                    .chunks(per)
+                    .map(|chunk| {
+                        let handle = s.spawn(move || chunk.iter().map(parse).collect::<Vec<_>>());
+                        (chunk.len(), handle)
+                    })
+                    .collect();
+                // A thread that failed leaves its shards unread (never
+                // shifts the others): the pass reports them.
+                handles
+                    .into_iter()
+                    .flat_map(|(n, h)| h.join().unwrap_or_else(|_| (0..n).map(|_| None).collect()))
+                    .collect()
+            })
+        } else {
+            files.iter().map(parse).collect()
+        };
+        for (i, header) in headers.into_iter().enumerate() {
             match header {
                 Some(Ok(h)) => {
                     for (k, v) in h.metadata {
@@ -500,10 +526,20 @@ impl Shards {
 
 fn info(t: StTensor, file: usize) -> TensorInfo {
     let bytes = t.end - t.begin;
+    // Room for the module's `quantization` note, so adding it does not
+    // grow the map.
+    let mut record = Map::with_capacity(4);
+    record.insert("dtype".into(), Value::String(t.dtype.clone()));
+    record.insert(
+        "shape".into(),
+        Value::Array(t.shape.iter().map(|&d| Value::from(d)).collect()),
+    );
+    record.insert(
+        "data_offsets".into(),
+        Value::Array(vec![Value::from(t.begin), Value::from(t.end)]),
+    );
     TensorInfo {
-        record: serde_json::json!({
-            "dtype": t.dtype, "shape": t.shape, "data_offsets": [t.begin, t.end],
-        }),
+        record: Value::Object(record),
         name: t.name,
         precision: Precision::Original,
         shape: Some(t.shape),
@@ -560,20 +596,33 @@ fn check_weight_map(
     // Tensors of a shard the index does not name at all are that shard's
     // finding (mlxlm.shards), not one finding per tensor.
     let listed: BTreeSet<&str> = map.values().map(String::as_str).collect();
-    let mut names: Vec<&String> = shards.holders.keys().collect();
+    let mut names: Vec<&String> = shards
+        .holders
+        .iter()
+        .filter(|(name, held)| {
+            held.iter()
+                .any(|&k| listed.contains(files[k].name.as_str()))
+                && !map.contains_key(*name)
+        })
+        .map(|(name, _)| name)
+        .collect();
     names.sort();
     for name in names {
-        let in_listed = shards.holders[name]
-            .iter()
-            .any(|&k| listed.contains(files[k].name.as_str()));
-        if in_listed && !map.contains_key(name) {
-            let file = shards.holders[name]
-                .first()
-                .map_or("?", |&k| files[k].name.as_str());
-            findings.push(err(
-                name,
-                format!("{name} is in {file} but not in the index's weight_map"),
-            ));
-        }
+        let file = shards.holders[name]
+            .first()
+            .map_or("?", |&k| files[k].name.as_str());
+        findings.push(err(
+            name,
+            format!("{name} is in {file} but not in the index's weight_map"),
+        ));
     }
+}
+
+/// Sorts the rows in natural name order (stable), moving each record once.
+fn sort_by_name(tensors: &mut Vec<TensorInfo>) {
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|&a, &b| natural_cmp(&tensors[a].name, &tensors[b].name));
+    let mut slots: Vec<Option<TensorInfo>> =
+        std::mem::take(tensors).into_iter().map(Some).collect();
+    tensors.extend(order.into_iter().filter_map(|i| slots[i].take()));
 }

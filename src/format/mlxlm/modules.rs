@@ -4,7 +4,7 @@
 //! the shapes agree. Valid modules get layouts; every other float tensor is
 //! dense.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::Value;
 
@@ -214,66 +214,106 @@ fn shape(t: &TensorInfo) -> Vec<u64> {
 }
 
 /// Finds the quantized modules, checks them and gives their tensors
-/// layouts. Returns the names of every tensor that belongs to a module (so
-/// they are not taken for dense tensors).
+/// layouts. Returns, per tensor, whether it belongs to a module (so it is
+/// not taken for a dense tensor).
 pub fn quantized(
     tensors: &mut [TensorInfo],
     block: Option<&Block>,
     findings: &mut Vec<Finding>,
-) -> HashSet<String> {
-    let index: HashMap<String, usize> = tensors
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.clone(), i))
+) -> Vec<bool> {
+    // The names are lent to a borrowed index while the records change,
+    // and given back at the end.
+    let names: Vec<String> = tensors
+        .iter_mut()
+        .map(|t| std::mem::take(&mut t.name))
         .collect();
-    let mut members = HashSet::new();
-    let mut prefixes: Vec<String> = tensors
+    let members = resolve(tensors, &names, block, findings);
+    for (t, name) in tensors.iter_mut().zip(names) {
+        t.name = name;
+    }
+    members
+}
+
+/// Looks `{p}.{part}` up without allocating a name per lookup.
+struct Index<'a> {
+    map: HashMap<&'a str, usize>,
+    key: std::cell::RefCell<String>,
+}
+
+impl Index<'_> {
+    fn get(&self, p: &str, part: &str) -> Option<usize> {
+        let mut key = self.key.borrow_mut();
+        key.clear();
+        key.push_str(p);
+        key.push('.');
+        key.push_str(part);
+        self.map.get(key.as_str()).copied()
+    }
+}
+
+fn resolve(
+    tensors: &mut [TensorInfo],
+    names: &[String],
+    block: Option<&Block>,
+    findings: &mut Vec<Finding>,
+) -> Vec<bool> {
+    let index = Index {
+        map: names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect(),
+        key: std::cell::RefCell::new(String::new()),
+    };
+    let mut members = vec![false; tensors.len()];
+    let mut prefixes: Vec<&str> = names
         .iter()
-        .filter_map(|t| t.name.strip_suffix(".scales").map(str::to_string))
+        .filter_map(|n| n.strip_suffix(".scales"))
         .collect();
-    prefixes.sort();
-    for p in &prefixes {
-        for part in ["weight", "scales", "biases", "global_scale"] {
-            members.insert(format!("{p}.{part}"));
-        }
+    prefixes.sort_unstable();
+    for (i, name) in names.iter().enumerate() {
+        members[i] = ["weight", "scales", "biases", "global_scale"]
+            .iter()
+            .any(|part| {
+                name.strip_suffix(part)
+                    .and_then(|r| r.strip_suffix('.'))
+                    .is_some_and(|p| index.get(p, "scales").is_some())
+            });
     }
     // Parts without their scales.
-    let mut orphans: Vec<(String, String)> = Vec::new();
-    for t in tensors.iter() {
-        if let Some(p) = t.name.strip_suffix(".biases")
-            && !index.contains_key(&format!("{p}.scales"))
+    let mut orphans: Vec<(usize, String)> = Vec::new();
+    for (i, (t, name)) in tensors.iter().zip(names).enumerate() {
+        if let Some(p) = name.strip_suffix(".biases")
+            && index.get(p, "scales").is_none()
         {
             orphans.push((
-                t.name.clone(),
-                format!(
-                    "{} has no {p}.scales: biases belong to an affine-quantized module",
-                    t.name
-                ),
+                i,
+                format!("{name} has no {p}.scales: biases belong to an affine-quantized module"),
             ));
         }
-        if let Some(p) = t.name.strip_suffix(".weight")
+        if let Some(p) = name.strip_suffix(".weight")
             && dtype(t) == "U32"
-            && !index.contains_key(&format!("{p}.scales"))
+            && index.get(p, "scales").is_none()
         {
             orphans.push((
-                t.name.clone(),
-                format!("{} is packed U32 codes but {p}.scales is missing", t.name),
+                i,
+                format!("{name} is packed U32 codes but {p}.scales is missing"),
             ));
         }
     }
-    for (name, msg) in orphans {
-        members.insert(name.clone());
-        findings.push(Finding::error(c::MLXLM_MODULE, msg).tensor(name));
+    for (i, msg) in orphans {
+        members[i] = true;
+        findings.push(Finding::error(c::MLXLM_MODULE, msg).tensor(names[i].clone()));
     }
     let Some(block) = block else {
         return members;
     };
     for p in &prefixes {
-        module(tensors, &index, block, p, findings);
+        module(tensors, names, &index, block, p, findings);
     }
     // Entries must name modules that exist, quantized as they say.
     for (key, entry) in &block.entries {
-        let has = |part: &str| index.contains_key(&format!("{key}.{part}"));
+        let has = |part: &str| index.get(key, part).is_some();
         let field = format!("quantization[{key:?}]");
         if !has("weight") && !has("scales") {
             findings.push(
@@ -314,12 +354,13 @@ pub fn quantized(
 
 fn module(
     tensors: &mut [TensorInfo],
-    index: &HashMap<String, usize>,
+    names: &[String],
+    index: &Index<'_>,
     block: &Block,
     p: &str,
     findings: &mut Vec<Finding>,
 ) {
-    let get = |part: &str| index.get(&format!("{p}.{part}")).copied();
+    let get = |part: &str| index.get(p, part);
     let (Some(s), w, b, g) = (
         get("scales"),
         get("weight"),
@@ -346,7 +387,7 @@ fn module(
     };
     let Some(w) = w else {
         findings.push(err(
-            &tensors[s].name,
+            &names[s],
             format!("{p}.scales exists but {p}.weight is missing"),
         ));
         return;
@@ -354,7 +395,7 @@ fn module(
     let mut ok = true;
     if dtype(&tensors[w]) != "U32" {
         findings.push(err(
-            &tensors[w].name,
+            &names[w],
             format!(
                 "{p}.weight is {}, expected U32 packed codes",
                 dtype(&tensors[w])
@@ -369,7 +410,7 @@ fn module(
         None => {
             if DenseDtype::parse(&sd).is_none() {
                 findings.push(err(
-                    &tensors[s].name,
+                    &names[s],
                     format!("{p}.scales is {sd}; affine scales are F16, BF16 or F32"),
                 ));
                 ok = false;
@@ -377,14 +418,14 @@ fn module(
             match b {
                 None => {
                     findings.push(err(
-                        &tensors[s].name,
+                        &names[s],
                         format!("{p} is affine ({from}) but {p}.biases is missing"),
                     ));
                     ok = false;
                 }
                 Some(b) if dtype(&tensors[b]) != sd || shape(&tensors[b]) != ss => {
                     findings.push(err(
-                        &tensors[b].name,
+                        &names[b],
                         format!(
                             "{p}.biases is {} {:?}, but {p}.scales is {sd} {ss:?}; they must match",
                             dtype(&tensors[b]),
@@ -399,14 +440,14 @@ fn module(
         Some(_) => {
             if sd != "U8" {
                 findings.push(err(
-                    &tensors[s].name,
+                    &names[s],
                     format!("{p}.scales is {sd}; {} scales are U8", params.mode.as_str()),
                 ));
                 ok = false;
             }
             if let Some(b) = b {
                 findings.push(err(
-                    &tensors[b].name,
+                    &names[b],
                     format!(
                         "{p} is {} ({from}), which has no biases, but {p}.biases exists",
                         params.mode.as_str()
@@ -419,7 +460,7 @@ fn module(
     let rank = ws.len();
     if !(2..=4).contains(&rank) || ss.len() != rank || ws[..rank - 2] != ss[..rank - 2] {
         findings.push(err(
-            &tensors[s].name,
+            &names[s],
             format!(
                 "{p}.weight is {ws:?} and {p}.scales is {ss:?}: expected [..., out, words] and [..., out, groups] with the same leading dimensions"
             ),
@@ -433,22 +474,21 @@ fn module(
         .unwrap_or(u64::MAX);
     if ss[rank - 2] != out || out == 0 || words == 0 || groups == 0 || experts == 0 {
         findings.push(err(
-            &tensors[s].name,
+            &names[s],
             format!("{p}.weight is {ws:?} and {p}.scales is {ss:?}: the out dimensions differ or one is empty"),
         ));
         return;
     }
     if experts > MAX_EXPERTS {
         findings.push(err(
-            &tensors[w].name,
+            &names[w],
             format!("{p}.weight stacks {experts} experts, more than {MAX_EXPERTS}"),
         ));
         return;
     }
     if let Some(why) = params.invalid() {
         findings.push(
-            Finding::error(c::MLXLM_QUANT, format!("{p}: {why} ({from})"))
-                .tensor(tensors[w].name.clone()),
+            Finding::error(c::MLXLM_QUANT, format!("{p}: {why} ({from})")).tensor(names[w].clone()),
         );
         return;
     }
@@ -472,7 +512,7 @@ fn module(
                     params.bits
                 ),
             )
-            .tensor(tensors[w].name.clone()),
+            .tensor(names[w].clone()),
         );
         return;
     }
@@ -484,7 +524,7 @@ fn module(
             let fits = gs == lead || (experts == 1 && (gs.is_empty() || gs == [1]));
             if dtype(&tensors[g]) != "F32" || !fits {
                 findings.push(err(
-                    &tensors[g].name,
+                    &names[g],
                     format!(
                         "{p}.global_scale is {} {gs:?}, expected F32 {lead:?} (one per expert)",
                         dtype(&tensors[g])
@@ -497,7 +537,7 @@ fn module(
         }
         (Some(g), mode) => {
             findings.push(err(
-                &tensors[g].name,
+                &names[g],
                 format!(
                     "{p}.global_scale exists but {p} is {}; only nvfp4 has a global scale",
                     mode.as_str()
@@ -507,7 +547,7 @@ fn module(
         }
         (None, _) if global_scale => {
             findings.push(err(
-                &tensors[w].name,
+                &names[w],
                 format!("{from} says global_scale: true, but {p}.global_scale is missing"),
             ));
             ok = false;
@@ -564,9 +604,9 @@ fn module(
 /// Gives every float tensor outside the quantized modules a dense layout
 /// (its values are checked finite and histogrammed); other dtypes are
 /// listed without value checks.
-pub fn dense(tensors: &mut [TensorInfo], members: &HashSet<String>) {
-    for t in tensors.iter_mut() {
-        if t.layout.is_some() || members.contains(&t.name) {
+pub fn dense(tensors: &mut [TensorInfo], members: &[bool]) {
+    for (i, t) in tensors.iter_mut().enumerate() {
+        if t.layout.is_some() || members.get(i).copied().unwrap_or(false) {
             continue;
         }
         if let Some(dtype) = t.source_dtype.as_deref().and_then(DenseDtype::parse) {
