@@ -19,6 +19,9 @@ use crate::format::{Bundle, PayloadFile, error_chain, hex, sha256_hex};
 
 /// Default bytes per read.
 pub const CHUNK_BYTES: usize = 8 << 20;
+/// Bytes read and scanned at once within a buffer: small enough to stay in
+/// a core's L2 cache between the read's copy and the scanners.
+const SCAN_PIECE: usize = 256 << 10;
 /// Buffers in flight between the reader and the hasher.
 const BUFFERS: usize = 3;
 
@@ -94,9 +97,13 @@ pub fn payload(
         .enumerate()
         .filter_map(|(i, (o, s))| o.map(|(file, id)| (i, file, id, s)))
         .collect();
-    let parallel = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, jobs.len().max(1));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let parallel = cores.clamp(1, jobs.len().max(1));
+    // Every core has a file of its own: no core is left for hasher threads.
+    #[cfg(test)]
+    let inline_hash = tests::inline_override().unwrap_or(jobs.len() >= cores);
+    #[cfg(not(test))]
+    let inline_hash = jobs.len() >= cores;
     let queue = Mutex::new(jobs.into_iter());
     // The first thread that could not start; the pass ends in it.
     let failed: Mutex<Option<Failure>> = Mutex::new(None);
@@ -121,9 +128,18 @@ pub fn payload(
                             break;
                         }
                         let info = &bundle.files[i];
-                        if let Err(f) =
-                            scan_file(bundle, i, info, file, &id, scanners, options, cancel, emit)
-                        {
+                        if let Err(f) = scan_file(
+                            bundle,
+                            i,
+                            info,
+                            file,
+                            &id,
+                            scanners,
+                            inline_hash,
+                            options,
+                            cancel,
+                            emit,
+                        ) {
                             fail(f);
                             break;
                         }
@@ -236,11 +252,18 @@ fn scan_file(
     mut file: File,
     id: &Ident,
     mut scanners: Vec<Scanner>,
+    inline_hash: bool,
     options: &Options,
     cancel: &CancelToken,
     emit: Sink,
 ) -> Result<(), Failure> {
     let chunk = options.chunk_bytes.unwrap_or(CHUNK_BYTES).max(64);
+    // With a reader on every core a hasher thread has no core of its own:
+    // the reader hashes each piece itself, while the piece is in its cache
+    // (handed to another core, the bytes came back from memory, and the
+    // hash stalled on them). The range hasher keeps its thread.
+    let inline_hash = inline_hash && !options.range_hashes;
+    let mut inline = inline_hash.then(Sha256::new);
     let started = Instant::now();
     let (to_hasher, hasher_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
     // Each buffer comes back once per consumer (file hasher, range hasher),
@@ -251,16 +274,21 @@ fn scan_file(
     let mut offset = 0u64;
     let mut read_error = None;
     let digest = std::thread::scope(|scope| {
-        let hasher = spawn_named(&format!("bundlescope-hash-{index}"), |b| {
-            b.spawn_scoped(scope, move || {
-                let mut h = Sha256::new();
-                for buf in hasher_rx {
-                    h.update(buf.as_slice());
-                    let _ = back_tx.send(buf);
-                }
-                h.finalize()
-            })
-        })?;
+        let hasher = if inline_hash {
+            drop((hasher_rx, back_tx));
+            None
+        } else {
+            Some(spawn_named(&format!("bundlescope-hash-{index}"), |b| {
+                b.spawn_scoped(scope, move || {
+                    let mut h = Sha256::new();
+                    for buf in hasher_rx {
+                        h.update(buf.as_slice());
+                        let _ = back_tx.send(buf);
+                    }
+                    h.finalize()
+                })
+            })?)
+        };
         // The range hasher is a second SHA-256 stream over the same
         // chunks, on its own thread: only with --range-hashes, since it
         // needs a core of its own to stay hidden under the read.
@@ -278,6 +306,15 @@ fn scan_file(
         } else {
             drop((ranges_rx, ranges_back));
             None
+        };
+        let progress = |done: u64| {
+            let secs = started.elapsed().as_secs_f64().max(1e-9);
+            emit(Event::HashProgress {
+                file: index,
+                done,
+                total: id.len,
+                bytes_per_s: done as f64 / secs,
+            });
         };
         let mut free: Vec<Vec<u8>> = Vec::new();
         let mut made = 0;
@@ -313,17 +350,41 @@ fn scan_file(
                 },
             };
             buf.resize(chunk, 0);
-            let n = match read_full(&mut file, &mut buf) {
-                Ok(n) => n,
-                Err(e) => {
-                    read_error = Some(format!("read error at byte {offset}: {e}"));
+            // Read the buffer a piece at a time and feed the scanners each
+            // piece while it is still in this core's cache (a whole buffer
+            // read first would have left its start in memory by the time
+            // the scanners reached it); the hashers then take the buffer.
+            let mut n = 0;
+            while n < chunk {
+                let want = (chunk - n).min(SCAN_PIECE);
+                let got = match read_full(&mut file, &mut buf[n..n + want]) {
+                    Ok(got) => got,
+                    Err(e) => {
+                        read_error = Some(format!("read error at byte {}: {e}", offset + n as u64));
+                        break;
+                    }
+                };
+                let a = offset + n as u64;
+                if let Some(h) = &mut inline {
+                    h.update(&buf[n..n + got]);
+                }
+                feed_scanners(bundle, &mut pending, &mut active, &buf[n..n + got], a, emit);
+                n += got;
+                if got < want {
                     break;
                 }
-            };
-            if n == 0 {
+            }
+            if read_error.is_some() || n == 0 {
                 break;
             }
             buf.truncate(n);
+            let b = offset + n as u64;
+            if inline_hash {
+                free.push(buf);
+                offset = b;
+                progress(offset);
+                continue;
+            }
             let data = Arc::new(buf);
             if to_hasher.send(data.clone()).is_err() {
                 read_error = Some("the hasher thread stopped".into());
@@ -335,40 +396,16 @@ fn scan_file(
                 read_error = Some("the range hasher thread stopped".into());
                 break;
             }
-            let (a, b) = (offset, offset + n as u64);
-            while pending.front().is_some_and(|s| s.start < b) {
-                if let Some(s) = pending.pop_front() {
-                    active.push(s);
-                }
-            }
-            let mut k = 0;
-            while k < active.len() {
-                let s = &mut active[k];
-                let from = s.start.max(a).max(s.end - s.remaining());
-                let to = s.end.min(b);
-                if from < to {
-                    s.feed(&data[(from - a) as usize..(to - a) as usize]);
-                }
-                if s.remaining() == 0 {
-                    let s = active.remove(k);
-                    finish_tensor(bundle, s, emit);
-                } else {
-                    k += 1;
-                }
-            }
             drop(data);
             offset = b;
-            let secs = started.elapsed().as_secs_f64().max(1e-9);
-            emit(Event::HashProgress {
-                file: index,
-                done: offset,
-                total: id.len,
-                bytes_per_s: offset as f64 / secs,
-            });
+            progress(offset);
         }
         drop(to_hasher);
         drop(to_ranges);
-        let digest = hasher.join().ok();
+        let digest = match hasher {
+            Some(hasher) => hasher.join().ok(),
+            None => inline.take().map(|h| h.finalize()),
+        };
         if digest.is_none() && read_error.is_none() {
             // A hasher that died leaves the file unhashed: say so, never a silent pass.
             read_error = Some("the hasher thread stopped before the end".into());
@@ -460,6 +497,40 @@ fn scan_file(
         ok,
     });
     Ok(())
+}
+
+/// Feeds `data`, the file's bytes from offset `a`, to every scanner whose
+/// range it reaches (moving those it reaches first from `pending` to
+/// `active`), and finishes each scanner it completes.
+fn feed_scanners(
+    bundle: &Bundle,
+    pending: &mut std::collections::VecDeque<Scanner>,
+    active: &mut Vec<Scanner>,
+    data: &[u8],
+    a: u64,
+    emit: Sink,
+) {
+    let b = a + data.len() as u64;
+    while pending.front().is_some_and(|s| s.start < b) {
+        if let Some(s) = pending.pop_front() {
+            active.push(s);
+        }
+    }
+    let mut k = 0;
+    while k < active.len() {
+        let s = &mut active[k];
+        let from = s.start.max(a).max(s.end - s.remaining());
+        let to = s.end.min(b);
+        if from < to {
+            s.feed(&data[(from - a) as usize..(to - a) as usize]);
+        }
+        if s.remaining() == 0 {
+            let s = active.remove(k);
+            finish_tensor(bundle, s, emit);
+        } else {
+            k += 1;
+        }
+    }
 }
 
 fn finish_tensor(bundle: &Bundle, s: Scanner, emit: Sink) {
@@ -593,6 +664,62 @@ mod tests {
 
     pub(super) fn refuse_spawn(name: &str) -> bool {
         REFUSED.with(|r| r.borrow().iter().any(|p| name.starts_with(p.as_str())))
+    }
+
+    thread_local! {
+        /// Forces the reader to hash inline (or on a hasher thread) on this thread.
+        static INLINE: RefCell<Option<bool>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn inline_override() -> Option<bool> {
+        INLINE.with(|i| *i.borrow())
+    }
+
+    /// The digests, findings and per-tensor statistics of an audit of `dir`.
+    fn outcome(dir: &std::path::Path, inline: bool, chunk: usize) -> Vec<String> {
+        INLINE.with(|i| *i.borrow_mut() = Some(inline));
+        let events = Mutex::new(Vec::new());
+        let options = Options {
+            chunk_bytes: Some(chunk),
+            ..Options::default()
+        };
+        audit::run(dir, &options, &CancelToken::default(), &|e: Event| {
+            let line = match e {
+                Event::FileHashed { file, sha256, .. } => format!("file {file} {sha256}"),
+                Event::TensorDone {
+                    tensor, ok, stats, ..
+                } => format!("tensor {tensor} {ok} {stats:?}"),
+                Event::Finding(f) => format!("finding {f:?}"),
+                _ => return,
+            };
+            events.lock().unwrap().push(line);
+        });
+        INLINE.with(|i| *i.borrow_mut() = None);
+        let mut lines = events.into_inner().unwrap();
+        lines.sort();
+        lines
+    }
+
+    #[test]
+    fn hashing_inline_or_on_a_thread_gives_the_same_audit() {
+        use sha2::{Digest, Sha256};
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("b");
+        crate::sample::write(&dir, &crate::sample::SampleOptions::default()).unwrap();
+        // The payload's digest, computed here.
+        let bundle = crate::format::open(&dir).unwrap();
+        let want = hex(&Sha256::digest(fs::read(&bundle.files[0].path).unwrap()));
+        // Odd chunk sizes cut tensors and scan pieces anywhere.
+        for chunk in [4099, 1 << 20, CHUNK_BYTES] {
+            let threaded = outcome(&dir, false, chunk);
+            // Inline, no hasher thread may start: refused, the audit still passes.
+            REFUSED.with(|r| r.borrow_mut().push("bundlescope-hash-".into()));
+            let inline = outcome(&dir, true, chunk);
+            REFUSED.with(|r| r.borrow_mut().clear());
+            assert!(threaded.contains(&format!("file 0 {want}")), "{chunk}");
+            assert!(threaded.iter().filter(|l| l.starts_with("tensor ")).count() > 2);
+            assert_eq!(inline, threaded, "chunk {chunk}");
+        }
     }
 
     #[test]

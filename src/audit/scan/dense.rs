@@ -2,7 +2,6 @@
 //! histogram, exact moments, and the first non-finite value.
 
 use super::Carry;
-use crate::decode;
 use crate::decode::stats::{self, Moments, Pattern16, TensorStats};
 use crate::finding::checks as c;
 use crate::finding::{CheckId, Finding};
@@ -21,6 +20,8 @@ struct DenseAcc {
     dtype: DenseDtype,
     pos: u64,
     hist: Vec<u32>,
+    /// The histogram's 256-cell blocks that hold counts, by high byte (F16, BF16).
+    touched: Box<[bool; 256]>,
     moments: Moments,
     first_bad: Option<u64>,
 }
@@ -48,6 +49,7 @@ impl Dense {
                 // Allocated at the first value: a checkpoint of 20,000
                 // tensors has a scanner for each before any is fed.
                 hist: Vec::new(),
+                touched: Box::new([false; 256]),
                 moments: Moments::default(),
                 first_bad: None,
             },
@@ -60,10 +62,23 @@ impl Dense {
         self.carry.feed(data, |u| acc.values(u));
     }
 
+    /// The 16-bit pattern histogram so far and its blocks that hold counts
+    /// (F16 and BF16; empty before the first value).
+    pub(super) fn patterns(&self) -> (&[u32], stats::Blocks) {
+        (&self.acc.hist, self.acc.blocks())
+    }
+
     /// Findings and statistics once every byte has been fed.
     pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
         let mut acc = self.acc;
         acc.hist.resize(1 << 16, 0);
+        if self.dtype != DenseDtype::F32 {
+            let pattern = match self.dtype {
+                DenseDtype::F16 => Pattern16::F16,
+                _ => Pattern16::Bf16,
+            };
+            acc.moments = stats::moments_of_patterns(&acc.hist, acc.blocks(), pattern);
+        }
         if let Some(at) = acc.first_bad {
             let index = (at - acc.start) / self.dtype.size();
             findings.push(
@@ -85,31 +100,50 @@ impl Dense {
             _ => Pattern16::Bf16,
         };
         TensorStats {
-            values: Some(stats::summarise_values(&acc.hist, pattern, &acc.moments)),
+            values: Some(if self.dtype == DenseDtype::F32 {
+                stats::summarise_values(&acc.hist, pattern, &acc.moments)
+            } else {
+                stats::summarise_blocks(&acc.hist, acc.blocks(), pattern, &acc.moments)
+            }),
             ..Default::default()
         }
     }
 }
 
 impl DenseAcc {
+    fn blocks(&self) -> stats::Blocks {
+        stats::Blocks::from_flags(&self.touched)
+    }
+
     fn values(&mut self, units: &[u8]) {
         if self.hist.is_empty() {
             self.hist = vec![0; 1 << 16];
         }
         match self.dtype {
             DenseDtype::F16 | DenseDtype::Bf16 => {
-                let bf16 = self.dtype == DenseDtype::Bf16;
-                let mut values = [0f32; BLOCK];
+                // The histogram alone: the moments come from it at the end
+                // (`moments_of_patterns`), and a value is non-finite exactly
+                // when its exponent bits are all ones.
+                let exp: u16 = if self.dtype == DenseDtype::Bf16 {
+                    0x7f80
+                } else {
+                    0x7c00
+                };
                 for (b, block) in units.chunks(2 * BLOCK).enumerate() {
-                    let values = &mut values[..block.len() / 2];
-                    decode::halves_to_f32(bf16, block, values);
-                    for (i, (s, &v)) in block.chunks_exact(2).zip(values.iter()).enumerate() {
-                        self.hist[usize::from(u16::from_le_bytes([s[0], s[1]]))] += 1;
-                        if !v.is_finite() && self.first_bad.is_none() {
-                            let at = 2 * (b * BLOCK + i) as u64;
-                            self.first_bad = Some(self.start + self.pos + at);
-                        }
-                        self.moments.push(v);
+                    let mut bad = false;
+                    for s in block.chunks_exact(2) {
+                        let h = u16::from_le_bytes([s[0], s[1]]);
+                        self.hist[usize::from(h)] += 1;
+                        self.touched[usize::from(h >> 8)] = true;
+                        bad |= h & exp == exp;
+                    }
+                    if bad && self.first_bad.is_none() {
+                        let i = block
+                            .chunks_exact(2)
+                            .position(|s| u16::from_le_bytes([s[0], s[1]]) & exp == exp)
+                            .unwrap_or(0);
+                        let at = 2 * (b * BLOCK + i) as u64;
+                        self.first_bad = Some(self.start + self.pos + at);
                     }
                 }
             }

@@ -12,7 +12,7 @@
 
 use super::Carry;
 use crate::decode::mlxlm as dm;
-use crate::decode::stats::{self, CodeCounts, Quality, TensorStats};
+use crate::decode::stats::{self, Blocks, CodeCounts, Quality, TensorStats};
 use crate::finding::Finding;
 use crate::finding::checks as c;
 use crate::format::{QuantMode, ScaleKind};
@@ -25,8 +25,10 @@ pub(super) struct CodesScan {
     start: u64,
     pos: u64,
     carry: Carry,
-    /// Byte histogram (2, 4, 8 bits) or field histogram (3, 5, 6 bits).
+    /// Byte histogram (2, 8 bits) or field histogram (3, 5, 6 bits).
     hist: Vec<u64>,
+    /// Code counts of 4-bit codes (two a byte, counted by the nibble kernel).
+    nibbles: [u64; 16],
     first_nan: Option<u64>,
 }
 
@@ -54,6 +56,7 @@ impl CodesScan {
             // A block of `bits` words holds 32 whole codes.
             carry: Carry::new(if straddles { 4 * usize::from(bits) } else { 1 }),
             hist: vec![0; if straddles { 1 << width } else { 256 }],
+            nibbles: [0; 16],
             first_nan: None,
         }
     }
@@ -85,6 +88,15 @@ impl CodesScan {
                     }
                 }
             });
+        } else if bits == 4 {
+            // Affine 4-bit, mxfp4 and nvfp4 codes: a nibble each.
+            for (a, b) in self
+                .nibbles
+                .iter_mut()
+                .zip(super::tally::nibble_counts(data))
+            {
+                *a += b;
+            }
         } else {
             let mut h = [0u64; 256];
             super::nvfp4::byte_hist(data, &mut h);
@@ -107,6 +119,10 @@ impl CodesScan {
         let levels = 1usize << bits;
         let mask = (levels - 1) as u64;
         let mut counts = vec![0u64; levels];
+        if self.bits == 4 {
+            counts.copy_from_slice(&self.nibbles);
+            return counts;
+        }
         let (width, per) = match self.bits {
             3 | 5 | 6 => field(self.bits),
             _ => (8, 8 / bits),
@@ -183,6 +199,8 @@ pub(super) struct RowOutliers {
     groups: u64,
     in_row: u64,
     cur: f32,
+    /// The row's largest magnitude key so far ([`Self::see_halves`]).
+    cur_key: u16,
     maxima: Vec<f32>,
     hist: Vec<u32>,
 }
@@ -194,6 +212,7 @@ impl RowOutliers {
             groups: groups.max(1),
             in_row: 0,
             cur: 0.0,
+            cur_key: 0,
             maxima: Vec::new(),
             hist: vec![0; 1 << 15],
         }
@@ -212,6 +231,58 @@ impl RowOutliers {
             self.cur = 0.0;
             self.in_row = 0;
         }
+    }
+
+    /// F16 or BF16 scales (little-endian, whole values): each row's largest
+    /// finite magnitude, as the largest magnitude key (`h & 0x7fff`, finite
+    /// below `inf`, the all-ones exponent; keys order like magnitudes),
+    /// decoded by `value` once a row. The magnitude histogram is not kept
+    /// here: it comes from the tensor's pattern histogram at the end
+    /// ([`Self::add_patterns`]), so this loop is a plain maximum.
+    fn see_halves(&mut self, bytes: &[u8], inf: u16, value: fn(u16) -> f32) {
+        let mut rest = bytes;
+        while rest.len() >= 2 {
+            let take = ((self.groups - self.in_row) as usize).min(rest.len() / 2);
+            let (now, later) = rest.split_at(2 * take);
+            self.cur_key = now
+                .chunks_exact(2)
+                .map(|c| {
+                    let key = u16::from_le_bytes([c[0], c[1]]) & 0x7fff;
+                    if key < inf { key } else { 0 }
+                })
+                .fold(self.cur_key, u16::max);
+            self.in_row += take as u64;
+            if self.in_row == self.groups {
+                self.maxima.push(value(self.cur_key));
+                self.cur_key = 0;
+                self.in_row = 0;
+            }
+            rest = later;
+        }
+    }
+
+    /// Adds a 16-bit pattern histogram's finite values to the magnitude
+    /// histogram, and returns the smallest nonzero and the largest
+    /// magnitude keys present (`None` when every value is zero or
+    /// non-finite).
+    fn add_patterns(
+        &mut self,
+        (patterns, blocks): (&[u32], Blocks),
+        inf: u16,
+    ) -> Option<(u16, u16)> {
+        let (mut low, mut high) = (u16::MAX, 0u16);
+        for (h, n) in blocks.cells(patterns) {
+            let key = h & 0x7fff;
+            if key >= inf {
+                continue;
+            }
+            self.hist[usize::from(key)] += n;
+            if key > 0 {
+                low = low.min(key);
+                high = high.max(key);
+            }
+        }
+        (low <= high).then_some((low, high))
     }
 
     /// Rows whose largest magnitude exceeds 8× the median; `value` turns a
@@ -357,6 +428,7 @@ impl ScalesScan {
 pub(super) struct AbsRange {
     dtype: crate::format::DenseDtype,
     carry: Carry,
+    /// F32 scales: the smallest nonzero and the largest finite magnitude.
     min: f32,
     max: f32,
     rows: RowOutliers,
@@ -375,7 +447,6 @@ impl AbsRange {
     }
 
     pub(super) fn feed(&mut self, data: &[u8]) {
-        use crate::decode::{bf16_to_f32, f16_to_f32};
         use crate::format::DenseDtype;
         let (dtype, min, max, rows) = (self.dtype, &mut self.min, &mut self.max, &mut self.rows);
         self.carry.feed(data, |whole| {
@@ -392,28 +463,41 @@ impl AbsRange {
                     let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                     see(v, (v.to_bits() >> 16) as u16);
                 }),
-                DenseDtype::Bf16 => whole.chunks_exact(2).for_each(|c| {
-                    let h = u16::from_le_bytes([c[0], c[1]]);
-                    see(bf16_to_f32(h), h);
-                }),
-                DenseDtype::F16 => whole.chunks_exact(2).for_each(|c| {
-                    let h = u16::from_le_bytes([c[0], c[1]]);
-                    see(f16_to_f32(h), h);
-                }),
+                DenseDtype::Bf16 => rows.see_halves(whole, 0x7f80, crate::decode::bf16_to_f32),
+                DenseDtype::F16 => rows.see_halves(whole, 0x7c00, crate::decode::f16_to_f32),
             }
         });
     }
 
-    /// `[min, max]` (when some scale was nonzero and finite) and the rows
-    /// whose largest magnitude exceeds 8× the median.
-    pub(super) fn finish(self) -> (Option<[f64; 2]>, u64) {
+    /// `[min, max]` of the nonzero finite magnitudes (when there is one)
+    /// and the rows whose largest magnitude exceeds 8× the median.
+    /// `patterns` is the tensor's 16-bit pattern histogram (F16 and BF16
+    /// scales; the dense scanner keeps it), unused for F32.
+    pub(super) fn finish(mut self, patterns: (&[u32], Blocks)) -> (Option<[f64; 2]>, u64) {
         use crate::decode::{bf16_to_f32, f16_to_f32};
-        let outliers = match self.dtype {
-            crate::format::DenseDtype::F16 => self.rows.count(f16_to_f32),
-            _ => self.rows.count(bf16_to_f32),
+        use crate::format::DenseDtype;
+        let value: fn(u16) -> f32 = match self.dtype {
+            DenseDtype::F16 => f16_to_f32,
+            _ => bf16_to_f32,
         };
-        let range = (self.min <= self.max).then(|| [f64::from(self.min), f64::from(self.max)]);
-        (range, outliers)
+        let range = match self.dtype {
+            DenseDtype::F32 => (self.min <= self.max).then_some((self.min, self.max)),
+            DenseDtype::F16 | DenseDtype::Bf16 => {
+                let inf = if self.dtype == DenseDtype::F16 {
+                    0x7c00
+                } else {
+                    0x7f80
+                };
+                self.rows
+                    .add_patterns(patterns, inf)
+                    .map(|(lo, hi)| (value(lo), value(hi)))
+            }
+        };
+        let outliers = self.rows.count(value);
+        (
+            range.map(|(lo, hi)| [f64::from(lo), f64::from(hi)]),
+            outliers,
+        )
     }
 }
 
@@ -422,6 +506,15 @@ mod tests {
     use super::*;
     use crate::decode::f32_to_bf16;
     use crate::format::DenseDtype;
+
+    /// The 16-bit pattern histogram the dense scanner keeps of `bytes`.
+    fn patterns(bytes: &[u8]) -> Vec<u32> {
+        let mut h = vec![0u32; 1 << 16];
+        for c in bytes.chunks_exact(2) {
+            h[usize::from(u16::from_le_bytes([c[0], c[1]]))] += 1;
+        }
+        h
+    }
 
     #[test]
     fn rows_above_eight_medians_are_outliers() {
@@ -433,7 +526,7 @@ mod tests {
             .collect();
         let mut r = AbsRange::new(DenseDtype::Bf16, 2);
         r.feed(&bytes);
-        assert_eq!(r.finish().1, 1);
+        assert_eq!(r.finish((&patterns(&bytes), Blocks::ALL)).1, 1);
     }
 
     #[test]
@@ -448,10 +541,14 @@ mod tests {
             r.feed(&bytes[..cut]);
             r.feed(&bytes[cut..]);
             // One row; median of the finite magnitudes 0.25: 4 > 8 × 0.25.
-            assert_eq!(r.finish(), (Some([0.125, 4.0]), 1), "cut at {cut}");
+            assert_eq!(
+                r.finish((&patterns(&bytes), Blocks::ALL)),
+                (Some([0.125, 4.0]), 1),
+                "cut at {cut}"
+            );
         }
         let mut r = AbsRange::new(DenseDtype::F32, 1);
         r.feed(&0f32.to_le_bytes());
-        assert_eq!(r.finish(), (None, 0));
+        assert_eq!(r.finish((&[], Blocks::NONE)), (None, 0));
     }
 }

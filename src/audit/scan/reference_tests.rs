@@ -261,7 +261,19 @@ fn dense_scans_equal_the_naive_reference() {
             };
             for max_piece in [1, 3, 1025, 1 << 20] {
                 let out = scan_in_pieces(&info, &bytes, &mut rng, max_piece).finish();
-                assert_eq!(out.stats, want, "{dtype:?} {values} <= {max_piece}");
+                // F16 and BF16 sums come from the pattern histogram, in
+                // pattern order rather than file order: the mean and spread
+                // may differ in the last bits, everything else is exact.
+                let mut got = out.stats.clone();
+                if let (Some(g), Some(w)) = (got.values.as_mut(), want.values.as_ref()) {
+                    for (a, b) in [(&mut g.mean, w.mean), (&mut g.std, w.std)] {
+                        let close = (*a - b).abs() <= 1e-12 * b.abs().max(1e-300)
+                            || (a.is_nan() && b.is_nan());
+                        assert!(close, "{dtype:?} {values}: {a} vs {b}");
+                        *a = b;
+                    }
+                }
+                assert_eq!(got, want, "{dtype:?} {values} <= {max_piece}");
                 let offsets: Vec<_> = out.findings.iter().map(|f| f.offset).collect();
                 assert_eq!(offsets, first_bad.into_iter().map(Some).collect::<Vec<_>>());
             }

@@ -110,6 +110,21 @@ pub(super) fn count(ctx: &CodeCtx, units: &[u8]) -> Counted {
     count_portable(ctx, units)
 }
 
+/// Occurrences of each 4-bit value over both nibbles of every byte of
+/// `bytes`, whatever order the codes are packed in (MLX's LSB-first words
+/// hold two codes a byte, as audio8's groups do): whole 32-byte units go
+/// through the group kernel, the tail through a byte loop.
+pub(super) fn nibble_counts(bytes: &[u8]) -> [u64; 16] {
+    let whole = bytes.len() / 32 * 32;
+    let ctx = CodeCtx::new(PackedKind::Q4, 0);
+    let mut counts = count(&ctx, &bytes[..whole]).counts;
+    for &b in &bytes[whole..] {
+        counts[usize::from(b & 15)] += 1;
+        counts[usize::from(b >> 4)] += 1;
+    }
+    counts
+}
+
 /// The kernel for CPUs without AVX2: per-byte (4-bit) or per-12-bit (3-bit)
 /// histograms in interleaved u32 tables, which break the store-to-load chain
 /// a single table suffers when one pattern repeats (the zero level, above
