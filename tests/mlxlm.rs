@@ -503,3 +503,55 @@ fn outlier_rows_come_from_the_scales_tensor() {
         assert_eq!(t["stats"]["quality"]["outlier_rows"], want, "{args:?}");
     }
 }
+
+#[test]
+fn groups_with_a_zero_scale_are_the_weights_zero_groups() {
+    // Affine (BF16 scales: +0 and -0) and nvfp4 (E4M3 scales: 0x00, 0x80).
+    for (args, e4m3) in [
+        (&["--mode", "affine"][..], false),
+        (&["--mode", "nvfp4"][..], true),
+    ] {
+        let Some(k) = Ckpt::mlx(args) else {
+            require_or_skip("Python with MLX", false);
+            return;
+        };
+        let module = "model.layers.0.mlp.up_proj";
+        let name = format!("{module}.scales");
+        // Zero five scales from scale 48 on (the last one as -0).
+        k.patch(&name, |s| {
+            let size = if e4m3 { 1 } else { 2 };
+            for (i, v) in s[3 * 16 * size..(3 * 16 + 5) * size]
+                .chunks_exact_mut(size)
+                .enumerate()
+            {
+                v.fill(0);
+                if i == 4 {
+                    v[size - 1] = 0x80;
+                }
+            }
+        });
+        // Independently: the zero scales in the file's bytes.
+        let path = k.shard_of(&name);
+        let bytes = fs::read(&path).unwrap();
+        let (header, data) = Ckpt::header(&path);
+        let o = &header[&name]["data_offsets"];
+        let b =
+            &bytes[data + o[0].as_u64().unwrap() as usize..data + o[1].as_u64().unwrap() as usize];
+        let want = if e4m3 {
+            b.iter().filter(|&&x| x & 0x7f == 0).count()
+        } else {
+            b.chunks_exact(2)
+                .filter(|c| u16::from_le_bytes([c[0], c[1]]) & 0x7fff == 0)
+                .count()
+        };
+        assert!(want >= 5, "{args:?}: {want}");
+        let report = audit_json(&k.dir).json();
+        let t = report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == format!("{module}.weight"))
+            .unwrap();
+        assert_eq!(t["stats"]["quality"]["zero_groups"], want, "{args:?}");
+    }
+}

@@ -177,6 +177,11 @@ pub struct TensorStats {
     /// the median magnitude: its weight's outlier rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_outliers: Option<u64>,
+    /// An MLX-LM scales tensor's zero scales (+0 or -0): groups whose
+    /// values are all one constant (the bias, or 0 in the float modes),
+    /// which carry nothing of the weight; its weight's zero groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zero_scales: Option<u64>,
     /// What a GGUF block-quantised tensor adds: its sub-block scales and mins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gguf: Option<GgufStats>,

@@ -47,13 +47,13 @@ pub(super) fn modules(bundle: &Bundle) -> Vec<Option<Module>> {
 }
 
 /// After a module's weight or scales was scanned: once both have been,
-/// the weight's `scale_dynamic_range` and `outlier_rows` (and so its
-/// suspicion) from its scales.
+/// the weight's `scale_dynamic_range`, `outlier_rows` and `zero_groups`
+/// (groups with a zero scale; and so its suspicion) from its scales.
 pub(super) fn merge_scales((w, s, bits): Module, stats: &mut [Option<TensorStats>]) {
     let Some(scales) = stats.get(s).and_then(Option::as_ref) else {
         return;
     };
-    let (range, outliers) = (scale_range(scales), scales.row_outliers);
+    let (range, outliers, zeros) = (scale_range(scales), scales.row_outliers, scales.zero_scales);
     if let Some(q) = stats
         .get_mut(w)
         .and_then(Option::as_mut)
@@ -62,8 +62,13 @@ pub(super) fn merge_scales((w, s, bits): Module, stats: &mut [Option<TensorStats
         if let Some(r) = range {
             q.scale_dynamic_range = r;
         }
+        if let Some(n) = zeros {
+            q.zero_groups = n;
+        }
         if let Some(n) = outliers {
             q.outlier_rows = n;
+        }
+        if outliers.is_some() || zeros.is_some() {
             q.suspicion = crate::decode::stats::suspicion(q, u32::from(bits));
         }
     }

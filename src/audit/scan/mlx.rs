@@ -413,6 +413,11 @@ impl ScalesScan {
         let mut out = TensorStats {
             scales: Some(dm::summarise_byte_scales(self.kind, &total)),
             row_outliers: Some(self.rows.count(|k| dm::scale_byte(kind, k as u8))),
+            // E8M0 has no zero; E4M3's are 0x00 and 0x80.
+            zero_scales: Some(match kind {
+                ScaleKind::E8m0 => 0,
+                ScaleKind::E4m3 => total[0] + total[0x80],
+            }),
             ..Default::default()
         };
         if self.kind == ScaleKind::E4m3 {
@@ -431,6 +436,8 @@ pub(super) struct AbsRange {
     /// F32 scales: the smallest nonzero and the largest finite magnitude.
     min: f32,
     max: f32,
+    /// F32 scales equal to zero.
+    zeros: u64,
     rows: RowOutliers,
 }
 
@@ -442,6 +449,7 @@ impl AbsRange {
             carry: Carry::new(dtype.size() as usize),
             min: f32::INFINITY,
             max: 0.0,
+            zeros: 0,
             rows: RowOutliers::new(groups),
         }
     }
@@ -449,6 +457,7 @@ impl AbsRange {
     pub(super) fn feed(&mut self, data: &[u8]) {
         use crate::format::DenseDtype;
         let (dtype, min, max, rows) = (self.dtype, &mut self.min, &mut self.max, &mut self.rows);
+        let zeros = &mut self.zeros;
         self.carry.feed(data, |whole| {
             let mut see = |v: f32, key: u16| {
                 let a = v.abs();
@@ -456,6 +465,7 @@ impl AbsRange {
                     *min = min.min(a);
                     *max = max.max(a);
                 }
+                *zeros += u64::from(a == 0.0);
                 rows.see(a, key);
             };
             match dtype {
@@ -469,11 +479,12 @@ impl AbsRange {
         });
     }
 
-    /// `[min, max]` of the nonzero finite magnitudes (when there is one)
-    /// and the rows whose largest magnitude exceeds 8× the median.
+    /// `[min, max]` of the nonzero finite magnitudes (when there is one),
+    /// the rows whose largest magnitude exceeds 8× the median, and the
+    /// number of zero scales.
     /// `patterns` is the tensor's 16-bit pattern histogram (F16 and BF16
     /// scales; the dense scanner keeps it), unused for F32.
-    pub(super) fn finish(mut self, patterns: (&[u32], Blocks)) -> (Option<[f64; 2]>, u64) {
+    pub(super) fn finish(mut self, patterns: (&[u32], Blocks)) -> (Option<[f64; 2]>, u64, u64) {
         use crate::decode::{bf16_to_f32, f16_to_f32};
         use crate::format::DenseDtype;
         let value: fn(u16) -> f32 = match self.dtype {
@@ -494,9 +505,17 @@ impl AbsRange {
             }
         };
         let outliers = self.rows.count(value);
+        let zeros = match self.dtype {
+            DenseDtype::F32 => self.zeros,
+            _ => [0usize, 0x8000]
+                .iter()
+                .map(|&h| patterns.0.get(h).map_or(0, |&n| u64::from(n)))
+                .sum(),
+        };
         (
             range.map(|(lo, hi)| [f64::from(lo), f64::from(hi)]),
             outliers,
+            zeros,
         )
     }
 }
@@ -543,12 +562,12 @@ mod tests {
             // One row; median of the finite magnitudes 0.25: 4 > 8 × 0.25.
             assert_eq!(
                 r.finish((&patterns(&bytes), Blocks::ALL)),
-                (Some([0.125, 4.0]), 1),
+                (Some([0.125, 4.0]), 1, 1),
                 "cut at {cut}"
             );
         }
         let mut r = AbsRange::new(DenseDtype::F32, 1);
         r.feed(&0f32.to_le_bytes());
-        assert_eq!(r.finish((&[], Blocks::NONE)), (None, 0));
+        assert_eq!(r.finish((&[], Blocks::NONE)), (None, 0, 1));
     }
 }

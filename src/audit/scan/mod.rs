@@ -242,10 +242,11 @@ impl Scanner {
             Kind::MlxCodes(m) => m.finish(name, &mut findings),
             Kind::MlxScales(m) => m.finish(name, self.start, &mut findings),
             Kind::MlxAffineScales(d, r) => {
-                let (abs_range, outliers) = r.finish(d.patterns());
+                let (abs_range, outliers, zeros) = r.finish(d.patterns());
                 TensorStats {
                     abs_range,
                     row_outliers: Some(outliers),
+                    zero_scales: Some(zeros),
                     ..d.finish(name, &mut findings)
                 }
             }
