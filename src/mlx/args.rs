@@ -22,6 +22,7 @@ pub(super) fn out_code(d: OutDtype) -> u8 {
     match d {
         OutDtype::F32 => DTYPE_F32,
         OutDtype::Bf16 => DTYPE_BF16,
+        OutDtype::Native => DTYPE_NONE,
     }
 }
 

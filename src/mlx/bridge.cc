@@ -173,9 +173,14 @@ rust::Vec<float> dequantize(int32_t device, const ArrayArg& w, const ArrayArg& s
     sc = mx::take(sc, index, 0, s);
     if (bi) bi = mx::take(*bi, index, 0, s);
   }
+  // DTYPE_NONE: the dtype MLX picks when the call gives none (the scales'
+  // dtype), as a loader's call does; widened to float32 exactly.
+  std::optional<mx::Dtype> dt;
+  if (out_dtype != DTYPE_NONE) dt = mx::float32;
   auto y = mx::dequantize(words, sc, bi, group_size, bits, std::string(mode),
-                          optional(global_scale), mx::float32, s);
-  return to_vec(mx::astype(y, dtype_of(out_dtype), s), s);
+                          optional(global_scale), dt, s);
+  auto out = out_dtype == DTYPE_NONE ? mx::float32 : dtype_of(out_dtype);
+  return to_vec(mx::astype(y, out, s), s);
 }
 
 Quantized quantize(int32_t device, const ArrayArg& w, const ArrayArg& global_scale,

@@ -127,6 +127,9 @@ pub enum OutDtype {
     F32,
     /// bfloat16 (rounded by MLX, then widened exactly).
     Bf16,
+    /// What MLX computes in when the call names no dtype (a loader's call:
+    /// the scales' dtype), widened exactly.
+    Native,
 }
 
 /// An affine-quantised matrix `[rows, cols]` as MLX takes it: `words` is
@@ -385,6 +388,70 @@ pub fn dequantize_affine_rows(
         w.group_size as i32,
         w.bits as i32,
         "affine",
+        out_code(out),
+    )?;
+    expect_len("dequantize result", y.len(), ids.len().checked_mul(w.cols))?;
+    Ok(y)
+}
+
+/// Rows `ids` of a matrix in any MLX mode, dequantised by MLX the way an
+/// MLX-LM quantized embedding looks tokens up: take the rows of words,
+/// scales (and biases), then `dequantize(..., mode)`, in `out` (`Native`:
+/// the loader's dtype). Returns `[ids.len(), w.cols]` widened to f32.
+pub fn dequantize_mode_rows(
+    device: Device,
+    w: &ModeWeights<'_>,
+    ids: &[i32],
+    out: OutDtype,
+) -> Result<Vec<f32>, MlxError> {
+    if w.group_size == 0 || w.cols == 0 || !w.cols.is_multiple_of(w.group_size) {
+        return Err(MlxError::Shape(format!(
+            "{} columns is not a positive multiple of the group size {}",
+            w.cols, w.group_size
+        )));
+    }
+    let packed_bits = w.cols.checked_mul(w.bits as usize);
+    if w.bits == 0 || packed_bits.is_none_or(|b| !b.is_multiple_of(32)) {
+        return Err(MlxError::Shape(format!(
+            "{} columns of {} bits do not fill whole 32-bit words",
+            w.cols, w.bits
+        )));
+    }
+    if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as usize >= w.rows) {
+        return Err(MlxError::Shape(format!(
+            "row id {bad} is outside 0..{}",
+            w.rows
+        )));
+    }
+    let per_row = w.cols * w.bits as usize / 32;
+    let groups = w.cols / w.group_size;
+    expect_len("words", w.words.len(), w.rows.checked_mul(per_row))?;
+    let words = Arr::new(Data::U32(w.words), &[w.rows, per_row])?;
+    let (scales, biases) = match &w.scales {
+        ModeScales::Affine { scales, biases } => {
+            expect_len("scales", scales.len(), w.rows.checked_mul(groups))?;
+            expect_len("biases", biases.len(), w.rows.checked_mul(groups))?;
+            (
+                Arr::new(scales.data(), &[w.rows, groups])?,
+                Arr::new(biases.data(), &[w.rows, groups])?,
+            )
+        }
+        ModeScales::Bytes(b) => {
+            expect_len("scales", b.len(), w.rows.checked_mul(groups))?;
+            (Arr::new(Data::U8(b), &[w.rows, groups])?, Arr::none())
+        }
+    };
+    let index = Arr::new(Data::I32(ids), &[ids.len()])?;
+    let y = backend::dequantize(
+        device,
+        &words,
+        &scales,
+        &biases,
+        &Arr::none(),
+        &index,
+        w.group_size as i32,
+        w.bits as i32,
+        w.mode,
         out_code(out),
     )?;
     expect_len("dequantize result", y.len(), ids.len().checked_mul(w.cols))?;

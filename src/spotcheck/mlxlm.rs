@@ -20,8 +20,8 @@ use std::time::Instant;
 use super::nvfp4::rows_per_expert;
 use super::reference::{self, Rows};
 use super::{
-    CHECK_MLX, CHECK_REFERENCE, Kind, Options, Quality, SpotError, SpotResult, Thresholds, XDtype,
-    matmul_tolerance, random_x, sample_rows,
+    CHECK_EMBEDDING, CHECK_MLX, CHECK_REFERENCE, Kind, Options, Quality, SpotError, SpotResult,
+    Thresholds, XDtype, matmul_tolerance, random_x, sample_rows,
 };
 use crate::decode::mlxlm::{Module, module_of};
 use crate::finding::Finding;
@@ -31,6 +31,16 @@ use crate::mlx::{self, Floats, ModeScales, ModeWeights};
 /// Is tensor `t` an MLX-LM quantized weight (checked here)?
 pub(super) fn is_mlx(t: &TensorInfo) -> bool {
     matches!(t.precision, Precision::Mlx(..))
+}
+
+/// Is `t` an MLX-LM quantized embedding table (`…embed_tokens.weight`,
+/// unstacked)? MLX-LM looks its rows up with `dequantize` of the taken
+/// rows (and, tied, multiplies with it as `lm_head`), so it gets the
+/// gather check beside the matmul check.
+pub(super) fn is_embedding(t: &TensorInfo) -> bool {
+    is_mlx(t)
+        && t.name.ends_with("embed_tokens.weight")
+        && matches!(t.layout, Some(Layout::MlxCodes { experts: 1, .. }))
 }
 
 /// The experts a check of `t` covers: `[None]` for an unstacked module,
@@ -91,6 +101,139 @@ fn f32s(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// MLX's scales (and biases) of the gathered rows, as it takes them.
+fn mode_scales<'a>(
+    m: &Module<'_>,
+    g: &'a Gathered,
+    s16: &'a mut Vec<u16>,
+    b16: &'a mut Vec<u16>,
+    s32: &'a mut Vec<f32>,
+    b32: &'a mut Vec<f32>,
+) -> ModeScales<'a> {
+    match m.scale_dtype {
+        None => ModeScales::Bytes(&g.scales),
+        Some(DenseDtype::F32) => {
+            (*s32, *b32) = (f32s(&g.scales), f32s(&g.biases));
+            ModeScales::Affine {
+                scales: Floats::F32(s32),
+                biases: Floats::F32(b32),
+            }
+        }
+        Some(d) => {
+            (*s16, *b16) = (u16s(&g.scales), u16s(&g.biases));
+            let wrap = if d == DenseDtype::Bf16 {
+                Floats::Bf16
+            } else {
+                Floats::F16
+            };
+            ModeScales::Affine {
+                scales: wrap(s16),
+                biases: wrap(b16),
+            }
+        }
+    }
+}
+
+/// The gather check of an MLX-LM embedding table: `opts.embedding_rows`
+/// rows taken and dequantised by MLX as the loader looks tokens up (in the
+/// loader's dtype), which must equal the decoder's rows bit for bit.
+pub(super) fn embedding_check(
+    payload: &Payload<&Bundle>,
+    index: usize,
+    opts: &Options,
+    device: &str,
+) -> Result<SpotResult, SpotError> {
+    let t = payload.bundle().tensor(index)?;
+    let err = |reason: String| SpotError::Tensor {
+        tensor: t.name.clone(),
+        reason,
+    };
+    let m = module_of(payload, index).map_err(err)?;
+    if m.global.is_some() {
+        return Err(err(
+            "its rows carry a global scale, which MLX's row lookup does not take; the matmul check covers it".into(),
+        ));
+    }
+    let k = opts.embedding_rows.min(opts.max_rows.unwrap_or(usize::MAX));
+    let ids = sample_rows(opts.seed ^ 1, &t.name, m.rows, k);
+    let g = gather(&m, 0, ids);
+    let n = g.ids.len();
+    let (mut s16, mut b16, mut s32, mut b32) = Default::default();
+    let w = ModeWeights {
+        words: &g.words,
+        scales: mode_scales(&m, &g, &mut s16, &mut b16, &mut s32, &mut b32),
+        rows: n,
+        cols: m.cols,
+        bits: u32::from(m.bits),
+        group_size: m.group,
+        mode: m.mode.as_str(),
+    };
+    // MLX takes the gathered rows back out of the gathered table in a
+    // shuffled order, so its `take` is exercised, not only `dequantize`.
+    let picks: Vec<i32> = (0..n as i32).rev().collect();
+    let started = Instant::now();
+    let got = mlx::dequantize_mode_rows(opts.device, &w, &picks, mlx::OutDtype::Native)?;
+    let time_s = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    let mut want = vec![0f32; n * m.cols];
+    for (o, &p) in want.chunks_exact_mut(m.cols).zip(&picks) {
+        let row = g.ids[p as usize] as usize;
+        m.dequantize(0, row..row + 1, o)
+            .map_err(|why| err(why.to_string()))?;
+    }
+    let ref_time_s = started.elapsed().as_secs_f64();
+    let want64: Vec<f64> = want.iter().map(|&v| f64::from(v)).collect();
+    let a = reference::agreement(&got, &want64);
+    let mismatched = got
+        .iter()
+        .zip(&want)
+        .position(|(a, b)| a.to_bits() != b.to_bits() && !(a.is_nan() && b.is_nan()));
+    let mut findings = Vec::new();
+    if let Some(i) = mismatched {
+        let row = g.ids[picks[i / m.cols] as usize];
+        findings.push(
+            Finding::error(
+                CHECK_EMBEDDING,
+                format!(
+                    "embedding row {row} looked up through MLX's dequantize ({} {}-bit, group {}) differs from the decoder's at column {}: {} vs {}",
+                    m.mode.as_str(),
+                    m.bits,
+                    m.group,
+                    i % m.cols,
+                    got[i],
+                    want[i]
+                ),
+            )
+            .tensor(t.name.clone()),
+        );
+    }
+    Ok(SpotResult {
+        tensor: t.name.clone(),
+        kind: Kind::Embedding,
+        expert: None,
+        mlx_op: "dequantize".into(),
+        precision: t.precision.as_str().to_string(),
+        device: device.to_string(),
+        dtype: opts.dtype,
+        batch: n,
+        shape: [m.rows as u64, m.cols as u64],
+        rows_checked: n,
+        rel_err: a.rel_err,
+        max_abs_err: a.max_abs_err,
+        cosine: a.cosine,
+        time_s,
+        gflops: None,
+        ref_time_s,
+        ref_gflops: None,
+        tolerance: 0.0,
+        mlx_pass: mismatched.is_none(),
+        reference: None,
+        pass: mismatched.is_none(),
+        findings,
+    })
+}
+
 /// MLX's product of the gathered rows with `x`.
 fn mlx_product(
     m: &Module<'_>,
@@ -98,29 +241,8 @@ fn mlx_product(
     x: Floats<'_>,
     opts: &Options,
 ) -> Result<Vec<f32>, SpotError> {
-    let (s16, b16, s32, b32);
-    let scales = match m.scale_dtype {
-        None => ModeScales::Bytes(&g.scales),
-        Some(DenseDtype::F32) => {
-            (s32, b32) = (f32s(&g.scales), f32s(&g.biases));
-            ModeScales::Affine {
-                scales: Floats::F32(&s32),
-                biases: Floats::F32(&b32),
-            }
-        }
-        Some(d) => {
-            (s16, b16) = (u16s(&g.scales), u16s(&g.biases));
-            let wrap = if d == DenseDtype::Bf16 {
-                Floats::Bf16
-            } else {
-                Floats::F16
-            };
-            ModeScales::Affine {
-                scales: wrap(&s16),
-                biases: wrap(&b16),
-            }
-        }
-    };
+    let (mut s16, mut b16, mut s32, mut b32) = Default::default();
+    let scales = mode_scales(m, g, &mut s16, &mut b16, &mut s32, &mut b32);
     let w = ModeWeights {
         words: &g.words,
         scales,

@@ -458,10 +458,14 @@ fn plan_tensor(bundle: &Bundle, i: usize, opts: &Options) -> Vec<Planned> {
         return Vec::new();
     }
     if mlxlm::is_mlx(t) {
-        return mlxlm::experts(t, opts)
+        let mut out: Vec<Planned> = mlxlm::experts(t, opts)
             .into_iter()
             .map(|e| one(Kind::Matmul, e))
             .collect();
+        if mlxlm::is_embedding(t) {
+            out.push(one(Kind::Embedding, None));
+        }
+        return out;
     }
     if t.precision == crate::format::Precision::Nvfp4 {
         let experts = t
@@ -611,7 +615,10 @@ fn check(
     device: &str,
 ) -> Result<SpotResult, SpotError> {
     if mlxlm::is_mlx(&payload.bundle().tensors[p.index]) {
-        return mlxlm::check(payload, p.index, p.expert, opts, device);
+        return match p.kind {
+            Kind::Matmul => mlxlm::check(payload, p.index, p.expert, opts, device),
+            Kind::Embedding => mlxlm::embedding_check(payload, p.index, opts, device),
+        };
     }
     if let Some(e) = p.expert {
         return nvfp4::check_expert(payload, p.index, e, opts, device);
