@@ -105,13 +105,13 @@ impl Feature {
     /// reference).
     fn floor(self) -> f64 {
         match self {
-            Feature::ScaleMedian => 0.12,
-            Feature::ScaleTail => 0.08,
+            Feature::ScaleMedian => 0.15,
+            Feature::ScaleTail => 0.12,
             Feature::OutlierRows => 0.004,
-            Feature::Entropy => 0.03,
+            Feature::Entropy => 0.08,
             Feature::Clipping => 0.004,
             Feature::LevelMean => 0.03,
-            Feature::LevelSpread => 0.03,
+            Feature::LevelSpread => 0.08,
             Feature::ZeroGroups => 0.004,
         }
     }
@@ -169,10 +169,12 @@ pub fn features(stats: &TensorStats, rows: u64) -> Features {
 /// scales beyond the valley that separates it from the main mode, and its
 /// distance from the main mode in octaves. Noise in a thin tail does not
 /// count: the valley must fall to half the second peak, at least 1.5
-/// octaves out, and the second mode hold 0.2% of the scales.
+/// octaves out, the second mode hold 0.2% of the scales, and there be at
+/// least 1000 scales.
 pub fn second_mode(bins: &[Bin]) -> Option<(f64, f64)> {
     let total: u64 = bins.iter().map(|b| b.count).sum();
-    if total == 0 || bins.len() < 4 {
+    // A few hundred scales draw no shape.
+    if total < 1000 || bins.len() < 4 {
         return None;
     }
     let counts: Vec<u64> = bins.iter().map(|b| b.count).collect();
@@ -330,6 +332,9 @@ pub fn assess(inputs: &[PeerInput]) -> Vec<PeerVerdict> {
             ..Default::default()
         };
         let mut causes: Vec<(f64, String)> = Vec::new();
+        // The strongest evidence, also below the threshold of a reason (it
+        // still orders the tensors).
+        let mut weak = 0f64;
         if let Some(fi) = &feats[i] {
             for (k, f) in Feature::ALL.iter().enumerate() {
                 let Some(x) = fi[k] else { continue };
@@ -344,6 +349,7 @@ pub fn assess(inputs: &[PeerInput]) -> Vec<PeerVerdict> {
                 let (z, med) = robust_z(x, &others, f.floor());
                 v.z.insert(f.key(), z);
                 let s = z.abs() / Z_UNIT;
+                weak = weak.max(s);
                 if s >= 0.5 {
                     causes.push((s, describe(*f, x, med, others.len())));
                 }
@@ -359,6 +365,7 @@ pub fn assess(inputs: &[PeerInput]) -> Vec<PeerVerdict> {
                     // A row or two can be a real outlier channel; a block of
                     // them (over 1% of the rows, or 8) cannot.
                     let s = (q.high_rows as f64 / (rows * 0.01).max(8.0)).min(5.0);
+                    weak = weak.max(s);
                     if s >= 0.5 {
                         causes.push((
                             s,
@@ -370,6 +377,7 @@ pub fn assess(inputs: &[PeerInput]) -> Vec<PeerVerdict> {
             if let Some((share, octaves)) = st.scales.as_ref().and_then(|s| second_mode(&s.bins)) {
                 // A second mode far out holding a real share of the scales.
                 let s = (share / 0.01).min(1.0) * (octaves / 2.0).min(2.0);
+                weak = weak.max(s);
                 if s >= 0.5 {
                     causes.push((
                         s,
@@ -381,11 +389,24 @@ pub fn assess(inputs: &[PeerInput]) -> Vec<PeerVerdict> {
                 }
             }
         }
+        if v.z.is_empty()
+            && let Some(q) = t.stats.and_then(|st| st.quality.as_ref())
+            && q.suspicion >= 0.5
+        {
+            // Too few peers to compare with: the tensor's own score.
+            causes.push((
+                q.suspicion,
+                format!(
+                    "per-tensor suspicion {:.2} ({} peers, too few to compare with)",
+                    q.suspicion, v.peers
+                ),
+            ));
+        }
         if let Some(twin) = t.twin {
             causes.push((TWIN_SCORE, format!("byte-identical to {twin}")));
         }
         causes.sort_by(|a, b| b.0.total_cmp(&a.0));
-        v.score = causes.first().map_or(0.0, |c| c.0);
+        v.score = causes.first().map_or(0.0, |c| c.0).max(weak);
         // The two strongest of the causes that reach 1.0, or the strongest.
         let shown: Vec<&str> = causes
             .iter()
@@ -398,52 +419,22 @@ pub fn assess(inputs: &[PeerInput]) -> Vec<PeerVerdict> {
         }
         out.push(v);
     }
-    twin_order(inputs, &keys, &feats, &mut out);
+    twin_order(inputs, &mut out);
     out
 }
 
-/// Of two byte-identical twins, the one that fits its neighbouring layers
-/// worse is likelier the copy: it gets a small extra score, so it ranks
-/// above its twin (peers' statistics drift with depth).
-fn twin_order(
-    inputs: &[PeerInput],
-    keys: &[String],
-    feats: &[Option<Features>],
-    out: &mut [PeerVerdict],
-) {
-    let mut by_layer: BTreeMap<(&str, u64), usize> = BTreeMap::new();
+/// Of two byte-identical twins, the one in the later layer is taken for
+/// the copy and scores a little more, so it ranks first: the bytes alone
+/// cannot tell which is the original, and the classic mistake writes an
+/// earlier layer's tensor into a later slot (a reused buffer, an index off
+/// by some layers). The reason names both; a reference settles it.
+fn twin_order(inputs: &[PeerInput], out: &mut [PeerVerdict]) {
+    let layer = |name: &str| role_of(name).1;
     for (i, t) in inputs.iter().enumerate() {
-        if let Some(l) = role_of(t.name).1 {
-            by_layer.insert((keys[i].as_str(), l), i);
+        let Some(twin) = t.twin else { continue };
+        if layer(t.name) > layer(twin) {
+            out[i].score += 0.01;
         }
-    }
-    for (i, t) in inputs.iter().enumerate() {
-        if t.twin.is_none() {
-            continue;
-        }
-        let (Some(layer), Some(fi)) = (role_of(t.name).1, &feats[i]) else {
-            continue;
-        };
-        let near: Vec<&Features> = [layer.checked_sub(1), layer.checked_add(1)]
-            .into_iter()
-            .flatten()
-            .filter_map(|l| by_layer.get(&(keys[i].as_str(), l)))
-            .filter_map(|&j| feats[j].as_ref())
-            .collect();
-        if near.is_empty() {
-            continue;
-        }
-        let mut misfit = 0.0;
-        for (k, f) in Feature::ALL.iter().enumerate() {
-            let Some(x) = fi[k] else { continue };
-            let n: Vec<f64> = near.iter().filter_map(|g| g[k]).collect();
-            if n.is_empty() {
-                continue;
-            }
-            let mean = n.iter().sum::<f64>() / n.len() as f64;
-            misfit += ((x - mean) / f.floor()).abs();
-        }
-        out[i].score += 0.01 * misfit.min(50.0);
     }
 }
 
