@@ -110,7 +110,7 @@ impl Feature {
             Feature::OutlierRows => 0.004,
             Feature::Entropy => 0.08,
             Feature::Clipping => 0.004,
-            Feature::LevelMean => 0.03,
+            Feature::LevelMean => 0.08,
             Feature::LevelSpread => 0.08,
             Feature::ZeroGroups => 0.004,
         }
@@ -454,7 +454,9 @@ pub fn duplicates(tensors: &[(usize, &[u8])]) -> Vec<(usize, usize)> {
         s.extend_from_slice(&b[n.saturating_sub(SAMPLE)..]);
         s
     };
-    let mut seen: BTreeMap<(usize, Vec<u8>), Vec<(usize, &[u8])>> = BTreeMap::new();
+    // (length, samples) → the tensors seen with them.
+    type Seen<'a> = BTreeMap<(usize, Vec<u8>), Vec<(usize, &'a [u8])>>;
+    let mut seen: Seen = BTreeMap::new();
     let mut out = Vec::new();
     for &(i, b) in tensors {
         if b.len() < 256 {

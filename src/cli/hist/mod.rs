@@ -222,7 +222,11 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
         .filter(|(_, t)| {
             t.alias_of.is_none()
                 && (t.precision.packed().is_some()
-                    || matches!(t.precision, bundlescope::format::Precision::Mlx(..)))
+                    || matches!(t.precision, bundlescope::format::Precision::Mlx(..))
+                    // GGUF's block-quantised types: ranked against their
+                    // peers like the rest.
+                    || matches!(t.precision,
+                        bundlescope::format::Precision::Gguf(ty) if ty.decoded() && !ty.is_float()))
         })
         .collect();
     let (ok, broken): (Vec<_>, Vec<_>) = packed.into_iter().partition(|(_, t)| t.layout.is_some());
