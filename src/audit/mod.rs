@@ -1,6 +1,7 @@
 //! The audit: every check and the single pass over the payload, as a stream
 //! of [`Event`]s from a named worker thread. It never prints.
 
+pub mod duplicates;
 mod pass;
 mod provenance;
 mod ranges;

@@ -158,6 +158,7 @@ pub fn payload(
         return Ok(());
     }
     end_checks(bundle, manifest_ident, &starts, emit);
+    super::duplicates::check(bundle, emit);
     Ok(())
 }
 

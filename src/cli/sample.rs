@@ -59,6 +59,11 @@ pub struct Args {
     /// tensor and two q4 projections).
     #[arg(long = "overlay", value_name = "NAME")]
     pub overlay: Vec<String>,
+    /// Quantise this safetensors checkpoint (F32, BF16 or F16) into an
+    /// audio8 v2 bundle (its matrices as q4) instead of drawing weights;
+    /// with --reference, its values are written there for spot checks.
+    #[arg(long, value_name = "FILE")]
+    pub quantize: Option<PathBuf>,
 }
 
 fn mlx_lm(a: &Args) -> Result<i32> {
@@ -99,6 +104,22 @@ fn mlx_lm(a: &Args) -> Result<i32> {
 }
 
 pub fn run(a: Args) -> Result<i32> {
+    if let Some(ck) = &a.quantize {
+        let s = sample::quantize::from_checkpoint(
+            ck,
+            &a.dir,
+            bundlescope::format::PackedKind::Q4,
+            a.reference.as_deref(),
+        )?;
+        println!(
+            "wrote {} ({} tensors of {}, {} payload)",
+            s.dir.display(),
+            s.tensors,
+            ck.display(),
+            human_bytes(s.payload_bytes)
+        );
+        return Ok(super::EXIT_OK);
+    }
     if a.format == "mlx-lm" || a.format == "mlxlm" {
         return mlx_lm(&a);
     }

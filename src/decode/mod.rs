@@ -4,6 +4,7 @@ pub mod dequant;
 pub mod gguf;
 pub mod mlxlm;
 pub mod nvfp4;
+pub mod peers;
 pub mod stats;
 
 // The conversions are the `half` crate's (hardware F16C where the CPU has

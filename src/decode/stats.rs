@@ -145,6 +145,10 @@ pub struct Quality {
     pub scale_dynamic_range: f64,
     /// Rows whose largest scale exceeds 8× the tensor's median scale.
     pub outlier_rows: u64,
+    /// Rows whose largest scale exceeds 10× the tensor's median scale (a
+    /// block of rows scaled by mistake; 0 where the format gives no rows).
+    #[serde(default)]
+    pub high_rows: u64,
     /// Reserved codes found.
     pub reserved_codes: u64,
     /// Suspicion score: higher is worse (see [`suspicion`]).

@@ -4,6 +4,7 @@
 pub mod lineage;
 pub mod markdown;
 mod mlxlm;
+pub mod peers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -6,6 +6,7 @@ pub mod gguf;
 pub mod gptq;
 pub mod mlxlm;
 pub mod nvfp4;
+pub mod quantize;
 pub mod reference;
 
 use std::fs::{self, File};

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod codes;
+pub mod damage;
 pub mod gptq;
 #[cfg(feature = "gui")]
 pub mod harness;

@@ -345,13 +345,16 @@ impl GgufScan {
             None
         };
         let blocks = self.block;
-        let outlier_rows = scales.as_ref().map_or(0, |s| {
-            let limit = s.median * 8.0;
-            self.row_max
-                .iter()
-                .filter(|&&h| h != 0 && f64::from(f16_to_f32(h)) > limit)
-                .count() as u64
-        });
+        let rows_over = |factor: f64| {
+            scales.as_ref().map_or(0, |s| {
+                let limit = s.median * factor;
+                self.row_max
+                    .iter()
+                    .filter(|&&h| h != 0 && f64::from(f16_to_f32(h)) > limit)
+                    .count() as u64
+            })
+        };
+        let (outlier_rows, high_rows) = (rows_over(8.0), rows_over(10.0));
         let mut quality = Quality {
             entropy_bits: codes.entropy_bits(),
             clipping_share: codes.clipping_share(),
@@ -366,6 +369,7 @@ impl GgufScan {
                 .filter(|r| r.is_finite())
                 .unwrap_or(0.0),
             outlier_rows,
+            high_rows,
             reserved_codes: 0,
             suspicion: 0.0,
         };

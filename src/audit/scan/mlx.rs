@@ -178,6 +178,7 @@ impl CodesScan {
             groups: self.groups,
             scale_dynamic_range: 0.0,
             outlier_rows: 0,
+            high_rows: 0,
             reserved_codes: 0,
             suspicion: 0.0,
         };

@@ -149,12 +149,14 @@ impl Packed {
                 .offset(at),
             );
         }
-        let limit = scales.median * 8.0;
-        let outlier_rows = acc
-            .row_max
-            .iter()
-            .filter(|&&h| h != 0 && f64::from(f16_to_f32(h)) > limit)
-            .count() as u64;
+        let rows_over = |factor: f64| {
+            let limit = scales.median * factor;
+            acc.row_max
+                .iter()
+                .filter(|&&h| h != 0 && f64::from(f16_to_f32(h)) > limit)
+                .count() as u64
+        };
+        let (outlier_rows, high_rows) = (rows_over(8.0), rows_over(10.0));
         let mut quality = Quality {
             entropy_bits: codes.entropy_bits(),
             clipping_share: codes.clipping_share(),
@@ -163,6 +165,7 @@ impl Packed {
             groups: self.rows * self.groups_per_row,
             scale_dynamic_range: scales.max / scales.min,
             outlier_rows,
+            high_rows,
             reserved_codes: reserved,
             suspicion: 0.0,
         };

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, anyhow, bail};
 use bundlescope::audit::scan::{ScanOutcome, Scanner};
+use bundlescope::decode::peers::PeerVerdict;
 use bundlescope::decode::stats::{CodeCounts, Quality, TensorStats};
 use bundlescope::format::{Bundle, Layout, PackedKind, Payload, TensorInfo};
 use bundlescope::report::Tool;
@@ -209,7 +210,8 @@ impl Aggregate {
 struct Ranked<'b> {
     t: &'b TensorInfo,
     stats: TensorStats,
-    suspicion: f64,
+    /// Its standing among its peers (the ranking's score and reason).
+    verdict: PeerVerdict,
 }
 
 fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
@@ -220,29 +222,47 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
         .filter(|(_, t)| {
             t.alias_of.is_none()
                 && (t.precision.packed().is_some()
-                    || matches!(t.precision, bundlescope::format::Precision::Mlx(..)))
+                    || matches!(t.precision, bundlescope::format::Precision::Mlx(..))
+                    // GGUF's block-quantised types: ranked against their
+                    // peers like the rest.
+                    || matches!(t.precision,
+                        bundlescope::format::Precision::Gguf(ty) if ty.decoded() && !ty.is_float()))
         })
         .collect();
     let (ok, broken): (Vec<_>, Vec<_>) = packed.into_iter().partition(|(_, t)| t.layout.is_some());
     // Shared by the workers: each file is mapped once, by whoever needs it first.
     let payload = Payload::open(bundle);
-    let scanned: Result<Vec<Ranked>> = ok
+    let scanned: Result<Vec<(usize, TensorStats)>> = ok
         .par_iter()
         .map(|&(i, t)| {
             let out = scan(i, t, payload.tensor_bytes(i)?)?;
             warn_findings(&out);
-            let suspicion = out.stats.quality.as_ref().map_or(0.0, |q| q.suspicion);
-            Ok(Ranked {
+            Ok((i, out.stats))
+        })
+        .collect();
+    // Peers judge each other: every scanned tensor's statistics by index,
+    // and the byte-identical pairs (three small samples per tensor unless
+    // two agree), then one verdict per tensor.
+    let mut by_index: Vec<Option<TensorStats>> = vec![None; bundle.tensors.len()];
+    for (i, st) in scanned? {
+        by_index[i] = Some(st);
+    }
+    let twins = bundlescope::audit::duplicates::twins(bundle, &payload);
+    let mut verdicts = bundlescope::report::peers::verdicts(bundle, &by_index, &twins);
+    let mut ranked: Vec<Ranked> = ok
+        .iter()
+        .filter_map(|&(i, t)| {
+            Some(Ranked {
                 t,
-                stats: out.stats,
-                suspicion,
+                stats: by_index[i].take()?,
+                verdict: verdicts[i].take().unwrap_or_default(),
             })
         })
         .collect();
-    let mut ranked = scanned?;
     ranked.sort_by(|x, y| {
-        y.suspicion
-            .total_cmp(&x.suspicion)
+        y.verdict
+            .score
+            .total_cmp(&x.verdict.score)
             .then_with(|| x.t.name.cmp(&y.t.name))
     });
     let aggregates = aggregate(&ranked);
@@ -256,7 +276,15 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
         let out = json!({
             "tool": Tool::default(),
             "bundle": {"path": a.dir.display().to_string(), "format": bundle.format.name()},
-            "tensors": ranked.iter().map(|r| tensor_json(r.t, &r.stats)).collect::<Vec<_>>(),
+            "tensors": ranked.iter().map(|r| {
+                let mut o = tensor_json(r.t, &r.stats);
+                o["peer_group"] = json!(r.verdict.peer_group);
+                o["peers"] = json!(r.verdict.peers);
+                o["z"] = json!(r.verdict.z);
+                o["score"] = json!(r.verdict.score);
+                o["reason"] = json!(r.verdict.reason);
+                o
+            }).collect::<Vec<_>>(),
             "aggregates": aggregates.iter().map(Aggregate::json).collect::<Vec<_>>(),
             "skipped": broken.iter().map(|(_, t)| json!({"tensor": t.name,
                 "reason": "broken metadata"})).collect::<Vec<_>>(),

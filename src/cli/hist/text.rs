@@ -165,18 +165,19 @@ fn print_quality(q: &Quality, bits: u32) {
     );
 }
 
-/// `--all`'s table, worst first.
+/// `--all`'s table, worst first by the score against peers, each
+/// tensor's reason under it.
 pub(super) fn print_ranking(ranked: &[Ranked]) {
     println!(
-        "{:>4} {:>9} {:<9} {:>7} {:>8} {:>10} {:>7} {:>8}  name",
-        "rank", "suspicion", "precision", "entropy", "clipping", "zero grps", "outlier", "reserved"
+        "{:>4} {:>6} {:<9} {:>7} {:>8} {:>10} {:>7} {:>8}  name",
+        "rank", "score", "precision", "entropy", "clipping", "zero grps", "outlier", "reserved"
     );
     for (i, r) in ranked.iter().enumerate() {
         let Some(q) = &r.stats.quality else { continue };
         println!(
-            "{:>4} {:>9.2} {:<9} {:>7.3} {:>8} {:>10} {:>7} {:>8}  {}",
+            "{:>4} {:>6.2} {:<9} {:>7.3} {:>8} {:>10} {:>7} {:>8}  {}",
             i + 1,
-            q.suspicion,
+            r.verdict.score,
             r.t.precision.as_str(),
             q.entropy_bits,
             pct(q.clipping_share),
@@ -185,6 +186,9 @@ pub(super) fn print_ranking(ranked: &[Ranked]) {
             q.reserved_codes,
             r.t.name
         );
+        if !r.verdict.reason.is_empty() {
+            println!("{:>11} {}", "why:", r.verdict.reason);
+        }
     }
 }
 
