@@ -21,6 +21,9 @@ struct DenseAcc {
     dtype: DenseDtype,
     pos: u64,
     hist: Vec<u32>,
+    /// The second table of F16/BF16 patterns (odd values of each pair).
+    hist2: Vec<u32>,
+    /// F32 values' moments; F16/BF16 ones are made from the histogram.
     moments: Moments,
     first_bad: Option<u64>,
 }
@@ -48,6 +51,7 @@ impl Dense {
                 // Allocated at the first value: a checkpoint of 20,000
                 // tensors has a scanner for each before any is fed.
                 hist: Vec::new(),
+                hist2: Vec::new(),
                 moments: Moments::default(),
                 first_bad: None,
             },
@@ -64,6 +68,12 @@ impl Dense {
     pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
         let mut acc = self.acc;
         acc.hist.resize(1 << 16, 0);
+        for (a, b) in acc.hist.iter_mut().zip(&acc.hist2) {
+            *a += b;
+        }
+        if self.dtype != DenseDtype::F32 {
+            acc.moments = moments_of_patterns(&acc.hist, self.dtype == DenseDtype::Bf16);
+        }
         if let Some(at) = acc.first_bad {
             let index = (at - acc.start) / self.dtype.size();
             findings.push(
@@ -91,6 +101,35 @@ impl Dense {
     }
 }
 
+/// The moments of the values whose 16-bit patterns `hist` counts: each
+/// pattern's value (and square) times its count, summed over the patterns
+/// in f64 (the products are exact but for F16 squares of huge counts), so
+/// closer to the true sums than adding the values one by one.
+fn moments_of_patterns(hist: &[u32], bf16: bool) -> Moments {
+    let mut m = Moments::default();
+    for (p, &n) in hist.iter().enumerate() {
+        if n == 0 {
+            continue;
+        }
+        let v = if bf16 {
+            decode::bf16_to_f32(p as u16)
+        } else {
+            decode::f16_to_f32(p as u16)
+        };
+        m.count += u64::from(n);
+        if !v.is_finite() {
+            m.nonfinite += u64::from(n);
+            continue;
+        }
+        let (v, n) = (f64::from(v), f64::from(n));
+        m.min = m.min.min(v);
+        m.max = m.max.max(v);
+        m.sum += v * n;
+        m.sum_sq += v * v * n;
+    }
+    m
+}
+
 impl DenseAcc {
     fn values(&mut self, units: &[u8]) {
         if self.hist.is_empty() {
@@ -98,18 +137,41 @@ impl DenseAcc {
         }
         match self.dtype {
             DenseDtype::F16 | DenseDtype::Bf16 => {
-                let bf16 = self.dtype == DenseDtype::Bf16;
-                let mut values = [0f32; BLOCK];
+                // Each value is its 16-bit pattern, so the histogram alone
+                // gives the moments (exactly, at the end); here only the
+                // patterns are counted, in two interleaved tables so runs
+                // of one pattern do not serialise, and the first
+                // non-finite one (exponent all ones) is located.
+                if self.hist2.is_empty() {
+                    self.hist2 = vec![0; 1 << 16];
+                }
+                let exp = if self.dtype == DenseDtype::Bf16 {
+                    0x7f80u16
+                } else {
+                    0x7c00
+                };
                 for (b, block) in units.chunks(2 * BLOCK).enumerate() {
-                    let values = &mut values[..block.len() / 2];
-                    decode::halves_to_f32(bf16, block, values);
-                    for (i, (s, &v)) in block.chunks_exact(2).zip(values.iter()).enumerate() {
-                        self.hist[usize::from(u16::from_le_bytes([s[0], s[1]]))] += 1;
-                        if !v.is_finite() && self.first_bad.is_none() {
-                            let at = 2 * (b * BLOCK + i) as u64;
-                            self.first_bad = Some(self.start + self.pos + at);
-                        }
-                        self.moments.push(v);
+                    let mut worst = 0u16;
+                    let (pairs, rest) = block.as_chunks::<4>();
+                    for p in pairs {
+                        let x = u16::from_le_bytes([p[0], p[1]]);
+                        let y = u16::from_le_bytes([p[2], p[3]]);
+                        self.hist[usize::from(x)] += 1;
+                        self.hist2[usize::from(y)] += 1;
+                        worst = worst.max(x & 0x7fff).max(y & 0x7fff);
+                    }
+                    for s in rest.chunks_exact(2) {
+                        let x = u16::from_le_bytes([s[0], s[1]]);
+                        self.hist[usize::from(x)] += 1;
+                        worst = worst.max(x & 0x7fff);
+                    }
+                    if worst >= exp && self.first_bad.is_none() {
+                        let i = block
+                            .chunks_exact(2)
+                            .position(|s| u16::from_le_bytes([s[0], s[1]]) & exp == exp)
+                            .unwrap_or(0);
+                        let at = 2 * (b * BLOCK + i) as u64;
+                        self.first_bad = Some(self.start + self.pos + at);
                     }
                 }
             }

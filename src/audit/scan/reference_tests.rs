@@ -260,7 +260,21 @@ fn dense_scans_equal_the_naive_reference() {
                 ..Default::default()
             };
             for max_piece in [1, 3, 1025, 1 << 20] {
-                let out = scan_in_pieces(&info, &bytes, &mut rng, max_piece).finish();
+                let mut out = scan_in_pieces(&info, &bytes, &mut rng, max_piece).finish();
+                // F16/BF16 moments come from the pattern histogram, summed
+                // in another order than value by value: equal to rounding.
+                if dtype != DenseDtype::F32
+                    && let (Some(got), Some(want)) = (out.stats.values.as_mut(), &want.values)
+                {
+                    let scale = want.max.abs().max(want.min.abs()).max(1e-30);
+                    for (g, w) in [(&mut got.mean, want.mean), (&mut got.std, want.std)] {
+                        assert!(
+                            (g.is_nan() && w.is_nan()) || (*g - w).abs() <= 1e-9 * scale,
+                            "{dtype:?} {values}: {g} vs {w}"
+                        );
+                        *g = w;
+                    }
+                }
                 assert_eq!(out.stats, want, "{dtype:?} {values} <= {max_piece}");
                 let offsets: Vec<_> = out.findings.iter().map(|f| f.offset).collect();
                 assert_eq!(offsets, first_bad.into_iter().map(Some).collect::<Vec<_>>());
