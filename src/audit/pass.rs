@@ -1,12 +1,15 @@
-//! The single pass: each payload byte is read once, and the same chunk feeds
-//! the SHA-256 (on a hasher thread) and the per-tensor scanners (on the
-//! reading thread), so validation hides under hashing.
+//! The single pass: each payload byte is read once, by a reader thread that
+//! hashes every piece as soon as it is read (the SHA-256 is the one serial
+//! stream, so it gets a core to itself and cache-hot bytes); the same chunk
+//! then feeds the per-tensor scanners on the pass's thread (and the range
+//! hasher on its own), so validation hides under hashing.
 
 use std::fs::{self, File};
 use std::io::{ErrorKind, Read};
-use std::sync::mpsc::sync_channel;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
@@ -17,10 +20,13 @@ use super::{CancelToken, CheckId, Event, Failure, FileStart, Finding, Options, S
 use crate::format::payload::open_regular;
 use crate::format::{Bundle, PayloadFile, error_chain, hex, sha256_hex};
 
-/// Default bytes per read.
-pub const CHUNK_BYTES: usize = 8 << 20;
-/// Buffers in flight between the reader and the hasher.
-const BUFFERS: usize = 3;
+/// Default bytes per chunk handed from the reader to the scanners.
+pub const CHUNK_BYTES: usize = 4 << 20;
+/// Bytes per read: each piece is hashed as soon as it is read, while it is
+/// still in the reading core's cache.
+const READ_PIECE: usize = 256 << 10;
+/// Chunks in flight between the reader and the scanners.
+const BUFFERS: usize = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Ident {
@@ -214,18 +220,121 @@ fn open_file(f: &PayloadFile, emit: Sink) -> Option<(File, Ident)> {
     Some((file, id))
 }
 
-/// Reads until `buf` is full or the file ends.
-fn read_full(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+/// What the hashing reader hands back when the file is read.
+struct ReadEnd {
+    digest: Option<sha2::digest::Output<Sha256>>,
+    bytes: u64,
+    error: Option<String>,
+}
+
+/// Sets the flag when dropped: the scanning side says it has stopped
+/// (however it left), so the reader never waits for a buffer that will not
+/// come back.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// The file's one reader, on its own thread: reads each chunk in
+/// [`READ_PIECE`] reads and hashes every piece as soon as it is read (so
+/// the SHA-256 runs on bytes still in this core's cache, as `openssl dgst`
+/// does), then hands the chunk to the scanners and the range hasher. The
+/// hasher is the only serial stream of the pass, so it does nothing else.
+#[allow(clippy::too_many_arguments)]
+fn read_and_hash(
+    mut file: File,
+    chunk: usize,
+    to_scan: SyncSender<Arc<Vec<u8>>>,
+    to_ranges: Option<SyncSender<Arc<Vec<u8>>>>,
+    back: Receiver<Arc<Vec<u8>>>,
+    stopped: &AtomicBool,
+    cancel: &CancelToken,
+) -> ReadEnd {
+    let mut h = Sha256::new();
+    let mut offset = 0u64;
+    let mut free: Vec<Vec<u8>> = Vec::new();
+    let mut made = 0;
+    let fail = |offset: u64, error: String| ReadEnd {
+        digest: None,
+        bytes: offset,
+        error: Some(error),
+    };
+    loop {
+        if cancel.is_cancelled() || stopped.load(Ordering::Acquire) {
+            return fail(offset, "stopped".into());
+        }
+        while let Ok(b) = back.try_recv() {
+            if let Some(v) = Arc::into_inner(b) {
+                free.push(v);
+            }
+        }
+        let mut buf = match free.pop() {
+            Some(b) => b,
+            None if made < BUFFERS => {
+                made += 1;
+                vec![0u8; chunk]
+            }
+            // Wait for a buffer's last holder to give it back (one
+            // consumer's return while the other still reads is not yet
+            // free), looking up now and then in case the scanners stopped.
+            None => loop {
+                match back.recv_timeout(Duration::from_millis(20)) {
+                    Ok(b) => {
+                        if let Some(v) = Arc::into_inner(b) {
+                            break v;
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {
+                        if cancel.is_cancelled() || stopped.load(Ordering::Acquire) {
+                            return fail(offset, "stopped".into());
+                        }
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break vec![0u8; chunk],
+                }
+            },
+        };
+        buf.resize(chunk, 0);
+        let mut n = 0;
+        while n < chunk {
+            let to = (n + READ_PIECE).min(chunk);
+            match file.read(&mut buf[n..to]) {
+                Ok(0) => break,
+                Ok(k) => {
+                    h.update(&buf[n..n + k]);
+                    n += k;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return fail(
+                        offset + n as u64,
+                        format!("read error at byte {}: {e}", offset + n as u64),
+                    );
+                }
+            }
+        }
+        if n == 0 {
+            break;
+        }
+        buf.truncate(n);
+        offset += n as u64;
+        let data = Arc::new(buf);
+        if let Some(tx) = &to_ranges
+            && tx.send(data.clone()).is_err()
+        {
+            return fail(offset, "the range hasher thread stopped".into());
+        }
+        if to_scan.send(data).is_err() {
+            return fail(offset, "the scanning thread stopped".into());
         }
     }
-    Ok(n)
+    ReadEnd {
+        digest: Some(h.finalize()),
+        bytes: offset,
+        error: None,
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -233,7 +342,7 @@ fn scan_file(
     bundle: &Bundle,
     index: usize,
     info: &PayloadFile,
-    mut file: File,
+    file: File,
     id: &Ident,
     mut scanners: Vec<Scanner>,
     options: &Options,
@@ -242,25 +351,16 @@ fn scan_file(
 ) -> Result<(), Failure> {
     let chunk = options.chunk_bytes.unwrap_or(CHUNK_BYTES).max(64);
     let started = Instant::now();
-    let (to_hasher, hasher_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
-    // Each buffer comes back once per consumer (file hasher, range hasher),
+    let (to_scan, scan_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
+    // Each buffer comes back once per consumer (scanners, range hasher),
     // so twice BUFFERS returns can be outstanding and no consumer blocks.
     let (back_tx, back_rx) = sync_channel::<Arc<Vec<u8>>>(2 * BUFFERS);
     let (to_ranges, ranges_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
     let ranges_back = back_tx.clone();
+    let stopped = AtomicBool::new(false);
     let mut offset = 0u64;
     let mut read_error = None;
     let digest = std::thread::scope(|scope| {
-        let hasher = spawn_named(&format!("bundlescope-hash-{index}"), |b| {
-            b.spawn_scoped(scope, move || {
-                let mut h = Sha256::new();
-                for buf in hasher_rx {
-                    h.update(buf.as_slice());
-                    let _ = back_tx.send(buf);
-                }
-                h.finalize()
-            })
-        })?;
         // The range hasher is a second SHA-256 stream over the same
         // chunks, on its own thread: only with --range-hashes, since it
         // needs a core of its own to stay hidden under the read.
@@ -279,62 +379,20 @@ fn scan_file(
             drop((ranges_rx, ranges_back));
             None
         };
-        let mut free: Vec<Vec<u8>> = Vec::new();
-        let mut made = 0;
+        let stopped = &stopped;
+        let reader = spawn_named(&format!("bundlescope-hash-{index}"), |b| {
+            b.spawn_scoped(scope, move || {
+                read_and_hash(file, chunk, to_scan, to_ranges, back_rx, stopped, cancel)
+            })
+        })?;
+        let guard = StopOnDrop(stopped);
         let mut active: Vec<Scanner> = Vec::new();
         let mut pending: std::collections::VecDeque<Scanner> = scanners.drain(..).collect();
-        loop {
+        for data in &scan_rx {
             if cancel.is_cancelled() {
                 break;
             }
-            while let Ok(b) = back_rx.try_recv() {
-                if let Some(v) = Arc::into_inner(b) {
-                    free.push(v);
-                }
-            }
-            let mut buf = match free.pop() {
-                Some(b) => b,
-                None if made < BUFFERS => {
-                    made += 1;
-                    vec![0u8; chunk]
-                }
-                // Wait for a buffer's last holder to give it back; one
-                // consumer's return while the other still reads is not yet
-                // free.
-                None => loop {
-                    match back_rx.recv() {
-                        Ok(b) => {
-                            if let Some(v) = Arc::into_inner(b) {
-                                break v;
-                            }
-                        }
-                        Err(_) => break vec![0u8; chunk],
-                    }
-                },
-            };
-            buf.resize(chunk, 0);
-            let n = match read_full(&mut file, &mut buf) {
-                Ok(n) => n,
-                Err(e) => {
-                    read_error = Some(format!("read error at byte {offset}: {e}"));
-                    break;
-                }
-            };
-            if n == 0 {
-                break;
-            }
-            buf.truncate(n);
-            let data = Arc::new(buf);
-            if to_hasher.send(data.clone()).is_err() {
-                read_error = Some("the hasher thread stopped".into());
-                break;
-            }
-            if let Some(tx) = &to_ranges
-                && tx.send(data.clone()).is_err()
-            {
-                read_error = Some("the range hasher thread stopped".into());
-                break;
-            }
+            let n = data.len();
             let (a, b) = (offset, offset + n as u64);
             while pending.front().is_some_and(|s| s.start < b) {
                 if let Some(s) = pending.pop_front() {
@@ -356,7 +414,7 @@ fn scan_file(
                     k += 1;
                 }
             }
-            drop(data);
+            let _ = back_tx.send(data);
             offset = b;
             let secs = started.elapsed().as_secs_f64().max(1e-9);
             emit(Event::HashProgress {
@@ -366,10 +424,29 @@ fn scan_file(
                 bytes_per_s: offset as f64 / secs,
             });
         }
-        drop(to_hasher);
-        drop(to_ranges);
-        let digest = hasher.join().ok();
-        if digest.is_none() && read_error.is_none() {
+        drop(guard);
+        drop(scan_rx);
+        let end = reader.join().ok();
+        let digest = match end {
+            Some(ReadEnd {
+                digest: Some(d),
+                bytes,
+                ..
+            }) if bytes == offset => Some(d),
+            Some(ReadEnd {
+                error: Some(e),
+                bytes,
+                ..
+            }) => {
+                if !cancel.is_cancelled() {
+                    offset = bytes;
+                    read_error = Some(e);
+                }
+                None
+            }
+            _ => None,
+        };
+        if digest.is_none() && read_error.is_none() && !cancel.is_cancelled() {
             // A hasher that died leaves the file unhashed: say so, never a silent pass.
             read_error = Some("the hasher thread stopped before the end".into());
         }

@@ -281,7 +281,9 @@ impl GgufScan {
             return;
         }
         let (ty, ts, first) = (self.ty, self.type_size, self.block);
-        let threads = rayon::current_num_threads();
+        // One core is the pass's reader and hasher: the scan splits over
+        // the others, and stays on this thread where there is only one.
+        let threads = rayon::current_num_threads().saturating_sub(1);
         if threads > 1 && data.len() >= PARALLEL_MIN_BYTES {
             // One piece a thread: each piece zeroes and merges two 256 KiB
             // scale histograms, which smaller pieces would pay for again.
