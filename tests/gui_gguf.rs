@@ -85,6 +85,24 @@ fn dropping_a_gguf_shows_its_metadata_tree_and_a_q4_k_histogram() {
     assert!(g.shows("Codes"));
     assert!(g.shows("Sub-block scales"));
     assert!(g.shows("Sub-block mins"));
+    // The F16 d and dmin distributions, each a chart.
+    assert!(g.shows("Scales"));
+    assert!(g.shows("Block mins (|m|, |dmin|)"));
+    let mins = stats
+        .gguf
+        .as_ref()
+        .unwrap()
+        .mins
+        .as_ref()
+        .expect("dmin summary");
+    let count = mins.count.to_string();
+    assert!(
+        g.harness
+            .query_all_by_label_contains(&format!("{count} mins · min"))
+            .next()
+            .is_some(),
+        "the dmin line counts one per block"
+    );
 }
 
 #[test]
