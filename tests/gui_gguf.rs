@@ -188,5 +188,5 @@ fn a_llama_cpp_vocabulary_gguf_shows_its_huge_arrays_as_counts() {
         g.shows("1 of 151936 shown"),
         "the search finds the one token"
     );
-    assert!(g.shows("151644  <|im_start|>"));
+    assert!(g.shows("151644  \"<|im_start|>\""), "its index and text");
 }
