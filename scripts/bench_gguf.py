@@ -30,7 +30,8 @@ def timed(cmd, env=None):
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     err = proc.stderr.read().decode(errors="replace")
-    return wall, usage.ru_maxrss * 1024, os.waitstatus_to_exitcode(status), err
+    cpu = usage.ru_utime + usage.ru_stime
+    return wall, cpu, usage.ru_maxrss * 1024, os.waitstatus_to_exitcode(status), err
 
 
 def main():
@@ -59,19 +60,25 @@ def main():
         "gguf-py dequantize all": [py, str(ROOT / "tests" / "gguf" / "dequant_all.py"), str(path)],
     }
     results = {k: [] for k in tools}
+    load_before = os.getloadavg()
     for _ in range(args.runs):
         for name, cmd in tools.items():
-            wall, rss, code, err = timed(cmd, env)
+            wall, cpu, rss, code, err = timed(cmd, env)
             if code != 0:
                 sys.exit(f"{name} failed ({code}): {err}")
-            results[name].append((wall, rss))
-    print(f"file: {size / 2**20:.0f} MiB, {args.runs} runs each, medians")
-    med = {k: statistics.median(w for w, _ in v) for k, v in results.items()}
+            results[name].append((wall, cpu, rss))
+    load_after = os.getloadavg()
+    print(f"file: {size / 2**20:.0f} MiB, {args.runs} runs each, medians; {os.cpu_count()} CPUs")
+    print("load average (1, 5, 15 min) before: {:.2f} {:.2f} {:.2f}, after: {:.2f} {:.2f} {:.2f}".format(
+        *load_before, *load_after))
+    med = {k: statistics.median(w for w, _, _ in v) for k, v in results.items()}
+    cpu = {k: statistics.median(c for _, c, _ in v) for k, v in results.items()}
     base = med["openssl dgst -sha256"]
-    print(f"{'tool':<26} {'wall s':>8} {'GB/s':>7} {'peak RSS MiB':>13} {'× openssl':>10}")
+    print(f"{'tool':<26} {'wall s':>8} {'min s':>7} {'cpu s':>7} {'GB/s':>7} {'peak RSS MiB':>13} {'× openssl':>10}")
     for name, runs in results.items():
-        rss = max(r for _, r in runs)
-        print(f"{name:<26} {med[name]:>8.2f} {size / med[name] / 1e9:>7.2f} {rss / 2**20:>13.0f} {med[name] / base:>10.2f}")
+        rss = max(r for _, _, r in runs)
+        best = min(w for w, _, _ in runs)
+        print(f"{name:<26} {med[name]:>8.2f} {best:>7.2f} {cpu[name]:>7.2f} {size / med[name] / 1e9:>7.2f} {rss / 2**20:>13.0f} {med[name] / base:>10.2f}")
     ours = med["bundlescope audit"]
     print(f"bundlescope audit / openssl: {ours / base:.2f} (target <= 1.15)")
     print(f"gguf-py / bundlescope audit: {med['gguf-py dequantize all'] / ours:.1f}x (target >= 20)")

@@ -9,6 +9,8 @@ cd "$(dirname "$0")/.."
 # cross-checks run on the Python side.
 ./scripts/install-mlx.sh
 . scripts/platform.sh
+# GGUF files written by llama.cpp's converter (vocabulary-only), pinned.
+./scripts/fetch-llamacpp-vocab.sh
 
 # Snapshot tests render the real app on a CPU adapter: Mesa's lavapipe
 # (Vulkan) on Linux. macOS renders through Metal and needs nothing.

@@ -113,6 +113,37 @@ fn cancel_stops_the_audit() {
     assert!(progress < 5, "kept reading after cancel: {progress} chunks");
 }
 
+/// The reader hashes ahead of the scanners and waits for their buffers: a
+/// cancel while the range hasher also holds chunks must still end the pass
+/// (a reader waiting for a buffer that never comes back would hang it).
+#[test]
+fn cancel_with_range_hashes_ends_the_pass() {
+    let b = TestBundle::v2();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dir = b.dir.clone();
+    std::thread::spawn(move || {
+        let cancel = CancelToken::default();
+        let opts = Options {
+            chunk_bytes: Some(64),
+            range_hashes: true,
+            ..Options::default()
+        };
+        let events = run_collect(&dir, &opts, &cancel, |e| {
+            if matches!(e, Event::HashProgress { .. }) {
+                cancel.cancel();
+            }
+        });
+        let _ = tx.send(matches!(
+            events.last(),
+            Some(Event::Finished(Err(Failure::Cancelled)))
+        ));
+    });
+    let cancelled = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the cancelled pass did not end");
+    assert!(cancelled);
+}
+
 #[test]
 fn spawned_audit_streams_over_the_channel_and_can_be_cancelled() {
     let b = TestBundle::v2();

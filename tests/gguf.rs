@@ -72,6 +72,16 @@ fn gguf_py_files_audit_valid_and_export_equals_gguf_py_dequantize() {
             "the gguf-py file has no {ty} tensor"
         );
     }
+    // Each report row carries ggml's `ne` (gguf-py's shape reversed) beside
+    // the PyTorch-order shape.
+    let rows = report["tensors"].as_array().unwrap();
+    for (name, entry) in index {
+        let row = rows.iter().find(|t| t["name"] == name.as_str()).unwrap();
+        let mut ne = entry["shape"].as_array().unwrap().clone();
+        assert_eq!(row["shape"], Value::from(ne.clone()), "{name}");
+        ne.reverse();
+        assert_eq!(row["ne"], Value::from(ne), "{name}: ne in the report");
+    }
     for (name, entry) in index {
         let out = tmp.path().join(format!("{name}.bs.npy"));
         let run = cli(&[
@@ -200,6 +210,26 @@ fn the_sample_is_valid_and_a_folder_opens_its_one_gguf() {
     );
     assert_eq!(h["shape"], serde_json::json!([32, 256]));
     assert_eq!(h["ne"], serde_json::json!([256, 32]));
+    // The F16 block minima (Q4_1's m, Q2_K's dmin): one per block, in
+    // `hist` beside the d distribution.
+    for (name, block) in [("blk.0.attn_k.weight", 32u64), ("blk.0.ffn_up.weight", 256)] {
+        let row = r["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap();
+        let elements: u64 = row["shape"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .product();
+        let run = cli(&["hist", file.to_str().unwrap(), "--tensor", name]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let want = format!("block mins |m|/|dmin| (F16, {})", elements / block);
+        assert!(run.stdout.contains(&want), "{name}: {want}\n{}", run.stdout);
+    }
 }
 
 #[test]

@@ -85,6 +85,24 @@ fn dropping_a_gguf_shows_its_metadata_tree_and_a_q4_k_histogram() {
     assert!(g.shows("Codes"));
     assert!(g.shows("Sub-block scales"));
     assert!(g.shows("Sub-block mins"));
+    // The F16 d and dmin distributions, each a chart.
+    assert!(g.shows("Scales"));
+    assert!(g.shows("Block mins (|m|, |dmin|)"));
+    let mins = stats
+        .gguf
+        .as_ref()
+        .unwrap()
+        .mins
+        .as_ref()
+        .expect("dmin summary");
+    let count = mins.count.to_string();
+    assert!(
+        g.harness
+            .query_all_by_label_contains(&format!("{count} mins · min"))
+            .next()
+            .is_some(),
+        "the dmin line counts one per block"
+    );
 }
 
 #[test]
@@ -114,4 +132,61 @@ fn two_gguf_files_in_one_folder_do_not_share_a_cached_audit() {
     g.open(&a);
     assert!(g.app().session().unwrap().cached.is_some());
     assert_eq!(g.verdict(), "Valid");
+}
+
+/// A vocabulary-only GGUF written by llama.cpp's converter (fetched by
+/// scripts/fetch-llamacpp-vocab.sh): 151,936 tokens and 151,387 merges
+/// shown as counts, the token list searchable and laid out only where seen.
+#[test]
+fn a_llama_cpp_vocabulary_gguf_shows_its_huge_arrays_as_counts() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/llamacpp/ggml-vocab-qwen2.gguf");
+    if !common::require_or_skip(
+        "llama.cpp's vocabulary GGUF files (scripts/fetch-llamacpp-vocab.sh)",
+        file.exists(),
+    ) {
+        return;
+    }
+    let mut g = gui();
+    g.harness
+        .input_mut()
+        .dropped_files
+        .push(Arc::new(Dropped(file.clone())));
+    g.harness.step();
+    g.finish();
+    assert_eq!(g.verdict(), "Valid");
+    assert_eq!(g.tensor_count(), 0);
+    g.harness
+        .query_all_by_label_contains("tokenizer (")
+        .next()
+        .expect("the tokenizer group")
+        .click();
+    g.harness.run_steps(2);
+    assert!(g.shows("tokens: ARRAY[STRING] × 151936"));
+    assert!(g.shows("merges: ARRAY[STRING] × 151387"));
+    assert!(g.shows("token_type: ARRAY[INT32] × 151936"));
+    assert!(!g.shows("[PAD151935]"), "no array laid out until opened");
+    g.harness
+        .query_all_by_label_contains("tokens: ARRAY[STRING] × 151936")
+        .next()
+        .expect("the tokens header")
+        .click();
+    g.harness.run_steps(2);
+    assert!(g.shows("151936 of 151936 shown"));
+    assert!(
+        !g.shows("[PAD151935]"),
+        "only the rows in view are laid out, not the last token"
+    );
+    g.harness
+        .get_by_role_and_label(egui::accesskit::Role::TextInput, "find")
+        .click();
+    g.harness.run_steps(2);
+    g.harness
+        .get_by_role_and_label(egui::accesskit::Role::TextInput, "find")
+        .type_text("<|im_start|>");
+    g.harness.run_steps(3);
+    assert!(
+        g.shows("1 of 151936 shown"),
+        "the search finds the one token"
+    );
+    assert!(g.shows("151644  \"<|im_start|>\""), "its index and text");
 }

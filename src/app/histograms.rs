@@ -29,6 +29,10 @@ pub fn stats_ui(ui: &mut egui::Ui, id: &str, stats: &TensorStats, tx: &mut Comma
     if let Some(s) = &stats.scales {
         scales_ui(ui, id, s, tx);
     }
+    if let Some(m) = stats.gguf.as_ref().and_then(|g| g.mins.as_ref()) {
+        // Q4_1/Q5_1's m and the K-quants' dmin: F16 like d, beside its chart.
+        mins_ui(ui, id, m, tx);
+    }
     if let Some(v) = &stats.values {
         values_ui(ui, id, v, tx);
     }
@@ -172,6 +176,42 @@ fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {
             ui,
             &format!("{id}-scales"),
             "scales",
+            bars,
+            total,
+            Some(Box::new(log_axis)),
+        )
+    });
+}
+
+/// A GGUF type's F16 block minima (`|m|` of Q4_1/Q5_1, `|dmin|` of the
+/// K-quants), binned as the scales are.
+fn mins_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {
+    ui.label(RichText::new("Block mins (|m|, |dmin|)").strong())
+        .on_hover_text("The F16 minimum of each block (Q4_1/Q5_1: m; K-quants: dmin), as magnitudes; half-octave bins, log2 axis");
+    ui.label(
+        RichText::new(format!(
+            "{} mins · min {:.3e} · p01 {:.3e} · median {:.3e} · p99 {:.3e} · max {:.3e}{}",
+            s.count,
+            s.min,
+            s.p01,
+            s.median,
+            s.p99,
+            s.max,
+            if s.invalid > 0 {
+                format!(" · {} zero or non-finite", s.invalid)
+            } else {
+                String::new()
+            }
+        ))
+        .small(),
+    );
+    let total = s.count.max(1) as f64;
+    let bars = scale_bars(s, 0.0, 0.9, BAR);
+    exportable(ui, "block mins", tx, |ui, _| {
+        chart_ui(
+            ui,
+            &format!("{id}-mins"),
+            "mins",
             bars,
             total,
             Some(Box::new(log_axis)),

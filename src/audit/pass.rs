@@ -1,12 +1,18 @@
-//! The single pass: each payload byte is read once, and the same chunk feeds
-//! the SHA-256 (on a hasher thread) and the per-tensor scanners (on the
-//! reading thread), so validation hides under hashing.
+//! The single pass: each payload byte is read once, by a reader thread that
+//! hashes every piece as soon as it is read (the SHA-256 is the one serial
+//! stream, so it gets a core to itself and cache-hot bytes); the same chunk
+//! then feeds the per-tensor scanners on the pass's thread (and the range
+//! hasher on its own), so validation hides under hashing. When every core
+//! already reads a file of its own there is no core to hide the scan on:
+//! one thread then reads, hashes and scans each piece while it is in its
+//! cache.
 
 use std::fs::{self, File};
 use std::io::{ErrorKind, Read};
-use std::sync::mpsc::sync_channel;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 
@@ -17,13 +23,13 @@ use super::{CancelToken, CheckId, Event, Failure, FileStart, Finding, Options, S
 use crate::format::payload::open_regular;
 use crate::format::{Bundle, PayloadFile, error_chain, hex, sha256_hex};
 
-/// Default bytes per read.
-pub const CHUNK_BYTES: usize = 8 << 20;
-/// Bytes read and scanned at once within a buffer: small enough to stay in
-/// a core's L2 cache between the read's copy and the scanners.
-const SCAN_PIECE: usize = 256 << 10;
-/// Buffers in flight between the reader and the hasher.
-const BUFFERS: usize = 3;
+/// Default bytes per chunk handed from the reader to the scanners.
+pub const CHUNK_BYTES: usize = 4 << 20;
+/// Bytes per read: each piece is hashed as soon as it is read, while it is
+/// still in the reading core's cache.
+const READ_PIECE: usize = 256 << 10;
+/// Chunks in flight between the reader and the scanners.
+const BUFFERS: usize = 4;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Ident {
@@ -99,11 +105,11 @@ pub fn payload(
         .collect();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let parallel = cores.clamp(1, jobs.len().max(1));
-    // Every core has a file of its own: no core is left for hasher threads.
+    // Every core has a file of its own: no core is left for the scanners.
     #[cfg(test)]
-    let inline_hash = tests::inline_override().unwrap_or(jobs.len() >= cores);
+    let inline = tests::inline_override().unwrap_or(jobs.len() >= cores);
     #[cfg(not(test))]
-    let inline_hash = jobs.len() >= cores;
+    let inline = jobs.len() >= cores;
     let queue = Mutex::new(jobs.into_iter());
     // The first thread that could not start; the pass ends in it.
     let failed: Mutex<Option<Failure>> = Mutex::new(None);
@@ -129,16 +135,7 @@ pub fn payload(
                         }
                         let info = &bundle.files[i];
                         if let Err(f) = scan_file(
-                            bundle,
-                            i,
-                            info,
-                            file,
-                            &id,
-                            scanners,
-                            inline_hash,
-                            options,
-                            cancel,
-                            emit,
+                            bundle, i, info, file, &id, scanners, inline, options, cancel, emit,
                         ) {
                             fail(f);
                             break;
@@ -231,18 +228,121 @@ fn open_file(f: &PayloadFile, emit: Sink) -> Option<(File, Ident)> {
     Some((file, id))
 }
 
-/// Reads until `buf` is full or the file ends.
-fn read_full(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+/// What the hashing reader hands back when the file is read.
+struct ReadEnd {
+    digest: Option<sha2::digest::Output<Sha256>>,
+    bytes: u64,
+    error: Option<String>,
+}
+
+/// Sets the flag when dropped: the scanning side says it has stopped
+/// (however it left), so the reader never waits for a buffer that will not
+/// come back.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// The file's one reader, on its own thread: reads each chunk in
+/// [`READ_PIECE`] reads and hashes every piece as soon as it is read (so
+/// the SHA-256 runs on bytes still in this core's cache, as `openssl dgst`
+/// does), then hands the chunk to the scanners and the range hasher. The
+/// hasher is the only serial stream of the pass, so it does nothing else.
+#[allow(clippy::too_many_arguments)]
+fn read_and_hash(
+    mut file: File,
+    chunk: usize,
+    to_scan: SyncSender<Arc<Vec<u8>>>,
+    to_ranges: Option<SyncSender<Arc<Vec<u8>>>>,
+    back: Receiver<Arc<Vec<u8>>>,
+    stopped: &AtomicBool,
+    cancel: &CancelToken,
+) -> ReadEnd {
+    let mut h = Sha256::new();
+    let mut offset = 0u64;
+    let mut free: Vec<Vec<u8>> = Vec::new();
+    let mut made = 0;
+    let fail = |offset: u64, error: String| ReadEnd {
+        digest: None,
+        bytes: offset,
+        error: Some(error),
+    };
+    loop {
+        if cancel.is_cancelled() || stopped.load(Ordering::Acquire) {
+            return fail(offset, "stopped".into());
+        }
+        while let Ok(b) = back.try_recv() {
+            if let Some(v) = Arc::into_inner(b) {
+                free.push(v);
+            }
+        }
+        let mut buf = match free.pop() {
+            Some(b) => b,
+            None if made < BUFFERS => {
+                made += 1;
+                vec![0u8; chunk]
+            }
+            // Wait for a buffer's last holder to give it back (one
+            // consumer's return while the other still reads is not yet
+            // free), looking up now and then in case the scanners stopped.
+            None => loop {
+                match back.recv_timeout(Duration::from_millis(20)) {
+                    Ok(b) => {
+                        if let Some(v) = Arc::into_inner(b) {
+                            break v;
+                        }
+                    }
+                    Err(RecvTimeoutError::Timeout) => {
+                        if cancel.is_cancelled() || stopped.load(Ordering::Acquire) {
+                            return fail(offset, "stopped".into());
+                        }
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break vec![0u8; chunk],
+                }
+            },
+        };
+        buf.resize(chunk, 0);
+        let mut n = 0;
+        while n < chunk {
+            let to = (n + READ_PIECE).min(chunk);
+            match file.read(&mut buf[n..to]) {
+                Ok(0) => break,
+                Ok(k) => {
+                    h.update(&buf[n..n + k]);
+                    n += k;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return fail(
+                        offset + n as u64,
+                        format!("read error at byte {}: {e}", offset + n as u64),
+                    );
+                }
+            }
+        }
+        if n == 0 {
+            break;
+        }
+        buf.truncate(n);
+        offset += n as u64;
+        let data = Arc::new(buf);
+        if let Some(tx) = &to_ranges
+            && tx.send(data.clone()).is_err()
+        {
+            return fail(offset, "the range hasher thread stopped".into());
+        }
+        if to_scan.send(data).is_err() {
+            return fail(offset, "the scanning thread stopped".into());
         }
     }
-    Ok(n)
+    ReadEnd {
+        digest: Some(h.finalize()),
+        bytes: offset,
+        error: None,
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -250,198 +350,92 @@ fn scan_file(
     bundle: &Bundle,
     index: usize,
     info: &PayloadFile,
-    mut file: File,
+    file: File,
     id: &Ident,
     mut scanners: Vec<Scanner>,
-    inline_hash: bool,
+    inline: bool,
     options: &Options,
     cancel: &CancelToken,
     emit: Sink,
 ) -> Result<(), Failure> {
     let chunk = options.chunk_bytes.unwrap_or(CHUNK_BYTES).max(64);
-    // With a reader on every core a hasher thread has no core of its own:
-    // the reader hashes each piece itself, while the piece is in its cache
-    // (handed to another core, the bytes came back from memory, and the
-    // hash stalled on them). The range hasher keeps its thread.
-    let inline_hash = inline_hash && !options.range_hashes;
-    let mut inline = inline_hash.then(Sha256::new);
     let started = Instant::now();
-    let (to_hasher, hasher_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
-    // Each buffer comes back once per consumer (file hasher, range hasher),
-    // so twice BUFFERS returns can be outstanding and no consumer blocks.
-    let (back_tx, back_rx) = sync_channel::<Arc<Vec<u8>>>(2 * BUFFERS);
-    let (to_ranges, ranges_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
-    let ranges_back = back_tx.clone();
+    let progress = |done: u64| {
+        let secs = started.elapsed().as_secs_f64().max(1e-9);
+        emit(Event::HashProgress {
+            file: index,
+            done,
+            total: id.len,
+            bytes_per_s: done as f64 / secs,
+        });
+    };
+    let mut active: Vec<Scanner> = Vec::new();
+    let mut pending: std::collections::VecDeque<Scanner> = scanners.drain(..).collect();
     let mut offset = 0u64;
     let mut read_error = None;
-    let digest = std::thread::scope(|scope| {
-        let hasher = if inline_hash {
-            drop((hasher_rx, back_tx));
-            None
-        } else {
-            Some(spawn_named(&format!("bundlescope-hash-{index}"), |b| {
-                b.spawn_scoped(scope, move || {
-                    let mut h = Sha256::new();
-                    for buf in hasher_rx {
-                        h.update(buf.as_slice());
-                        let _ = back_tx.send(buf);
-                    }
-                    h.finalize()
-                })
-            })?)
-        };
-        // The range hasher is a second SHA-256 stream over the same
-        // chunks, on its own thread: only with --range-hashes, since it
-        // needs a core of its own to stay hidden under the read.
-        let to_ranges = if options.range_hashes {
-            let mut ranges = RangeHasher::new(bundle, index);
-            spawn_named(&format!("bundlescope-range-{index}"), |b| {
-                b.spawn_scoped(scope, move || {
-                    for buf in ranges_rx {
-                        ranges.feed(buf.as_slice(), emit);
-                        let _ = ranges_back.send(buf);
-                    }
-                })
-            })?;
-            Some(to_ranges)
-        } else {
-            drop((ranges_rx, ranges_back));
-            None
-        };
-        let progress = |done: u64| {
-            let secs = started.elapsed().as_secs_f64().max(1e-9);
-            emit(Event::HashProgress {
-                file: index,
-                done,
-                total: id.len,
-                bytes_per_s: done as f64 / secs,
-            });
-        };
-        let mut free: Vec<Vec<u8>> = Vec::new();
-        let mut made = 0;
-        let mut active: Vec<Scanner> = Vec::new();
-        let mut pending: std::collections::VecDeque<Scanner> = scanners.drain(..).collect();
-        loop {
-            if cancel.is_cancelled() {
-                break;
-            }
-            while let Ok(b) = back_rx.try_recv() {
-                if let Some(v) = Arc::into_inner(b) {
-                    free.push(v);
-                }
-            }
-            let mut buf = match free.pop() {
-                Some(b) => b,
-                None if made < BUFFERS => {
-                    made += 1;
-                    vec![0u8; chunk]
-                }
-                // Wait for a buffer's last holder to give it back; one
-                // consumer's return while the other still reads is not yet
-                // free.
-                None => loop {
-                    match back_rx.recv() {
-                        Ok(b) => {
-                            if let Some(v) = Arc::into_inner(b) {
-                                break v;
-                            }
-                        }
-                        Err(_) => break vec![0u8; chunk],
-                    }
-                },
-            };
-            buf.resize(chunk, 0);
-            // Read the buffer a piece at a time and feed the scanners each
-            // piece while it is still in this core's cache (a whole buffer
-            // read first would have left its start in memory by the time
-            // the scanners reached it); the hashers then take the buffer.
-            let mut n = 0;
-            while n < chunk {
-                let want = (chunk - n).min(SCAN_PIECE);
-                let got = match read_full(&mut file, &mut buf[n..n + want]) {
-                    Ok(got) => got,
-                    Err(e) => {
-                        read_error = Some(format!("read error at byte {}: {e}", offset + n as u64));
-                        break;
-                    }
-                };
-                let a = offset + n as u64;
-                if let Some(h) = &mut inline {
-                    h.update(&buf[n..n + got]);
-                }
-                feed_scanners(bundle, &mut pending, &mut active, &buf[n..n + got], a, emit);
-                n += got;
-                if got < want {
-                    break;
-                }
-            }
-            if read_error.is_some() || n == 0 {
-                break;
-            }
-            buf.truncate(n);
-            let b = offset + n as u64;
-            if inline_hash {
-                free.push(buf);
-                offset = b;
-                progress(offset);
-                continue;
-            }
-            let data = Arc::new(buf);
-            if to_hasher.send(data.clone()).is_err() {
-                read_error = Some("the hasher thread stopped".into());
-                break;
-            }
-            if let Some(tx) = &to_ranges
-                && tx.send(data.clone()).is_err()
-            {
-                read_error = Some("the range hasher thread stopped".into());
-                break;
-            }
-            drop(data);
-            offset = b;
-            progress(offset);
+    let digest = if inline && !options.range_hashes {
+        let end = read_hash_scan(
+            file,
+            bundle,
+            &mut pending,
+            &mut active,
+            cancel,
+            &progress,
+            emit,
+        );
+        offset = end.bytes;
+        if !cancel.is_cancelled() {
+            read_error = end.error;
         }
-        drop(to_hasher);
-        drop(to_ranges);
-        let digest = match hasher {
-            Some(hasher) => hasher.join().ok(),
-            None => inline.take().map(|h| h.finalize()),
-        };
-        if digest.is_none() && read_error.is_none() {
-            // A hasher that died leaves the file unhashed: say so, never a silent pass.
-            read_error = Some("the hasher thread stopped before the end".into());
-        }
-        // Tensors the payload never reached.
-        let mut unfinished: Vec<Scanner> = active.into_iter().chain(pending).collect();
-        unfinished.sort_by_key(|s| s.start);
-        if !cancel.is_cancelled()
-            && read_error.is_none()
-            && let Some(first) = unfinished.first()
-        {
-            let name = &bundle.tensors[first.tensor].name;
-            let more = unfinished.len() - 1;
-            emit(Event::Finding(
-                Finding::error(
-                    c::PAYLOAD_LENGTH,
-                    format!(
-                        "{} ends at byte {offset}, inside this tensor (bytes {}..{}){}; its values could not be checked",
-                        info.name,
-                        first.start,
-                        first.end,
-                        if more > 0 {
-                            format!(", and {more} more tensors lie beyond the end")
-                        } else {
-                            String::new()
-                        }
-                    ),
-                )
-                .tensor(name.clone())
-                .field(info.name.clone())
-                .offset(offset),
-            ));
-        }
-        Ok(digest)
-    })?;
+        end.digest
+    } else {
+        read_beside_scan(
+            bundle,
+            index,
+            file,
+            chunk,
+            (&mut pending, &mut active),
+            (&mut offset, &mut read_error),
+            &progress,
+            options,
+            cancel,
+            emit,
+        )?
+    };
+    if digest.is_none() && read_error.is_none() && !cancel.is_cancelled() {
+        // A hasher that died leaves the file unhashed: say so, never a silent pass.
+        read_error = Some("the hasher thread stopped before the end".into());
+    }
+    // Tensors the payload never reached.
+    let mut unfinished: Vec<Scanner> = active.into_iter().chain(pending).collect();
+    unfinished.sort_by_key(|s| s.start);
+    if !cancel.is_cancelled()
+        && read_error.is_none()
+        && let Some(first) = unfinished.first()
+    {
+        let name = &bundle.tensors[first.tensor].name;
+        let more = unfinished.len() - 1;
+        emit(Event::Finding(
+            Finding::error(
+                c::PAYLOAD_LENGTH,
+                format!(
+                    "{} ends at byte {offset}, inside this tensor (bytes {}..{}){}; its values could not be checked",
+                    info.name,
+                    first.start,
+                    first.end,
+                    if more > 0 {
+                        format!(", and {more} more tensors lie beyond the end")
+                    } else {
+                        String::new()
+                    }
+                ),
+            )
+            .tensor(name.clone())
+            .field(info.name.clone())
+            .offset(offset),
+        ));
+    }
+
     if cancel.is_cancelled() {
         return Ok(());
     }
@@ -498,6 +492,143 @@ fn scan_file(
         ok,
     });
     Ok(())
+}
+
+/// The reader-hasher on a thread of its own, the scanners on this one
+/// (see the module's doc): the file's digest, or `None` when it could not
+/// be read to the end (`read_error` then says why, unless cancelled).
+#[allow(clippy::too_many_arguments)]
+fn read_beside_scan(
+    bundle: &Bundle,
+    index: usize,
+    file: File,
+    chunk: usize,
+    (pending, active): (&mut std::collections::VecDeque<Scanner>, &mut Vec<Scanner>),
+    (offset, read_error): (&mut u64, &mut Option<String>),
+    progress: &(dyn Fn(u64) + Sync),
+    options: &Options,
+    cancel: &CancelToken,
+    emit: Sink,
+) -> Result<Option<sha2::digest::Output<Sha256>>, Failure> {
+    let (to_scan, scan_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
+    // Each buffer comes back once per consumer (scanners, range hasher),
+    // so twice BUFFERS returns can be outstanding and no consumer blocks.
+    let (back_tx, back_rx) = sync_channel::<Arc<Vec<u8>>>(2 * BUFFERS);
+    let (to_ranges, ranges_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
+    let ranges_back = back_tx.clone();
+    let stopped = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // The range hasher is a second SHA-256 stream over the same
+        // chunks, on its own thread: only with --range-hashes, since it
+        // needs a core of its own to stay hidden under the read.
+        let to_ranges = if options.range_hashes {
+            let mut ranges = RangeHasher::new(bundle, index);
+            spawn_named(&format!("bundlescope-range-{index}"), |b| {
+                b.spawn_scoped(scope, move || {
+                    for buf in ranges_rx {
+                        ranges.feed(buf.as_slice(), emit);
+                        let _ = ranges_back.send(buf);
+                    }
+                })
+            })?;
+            Some(to_ranges)
+        } else {
+            drop((ranges_rx, ranges_back));
+            None
+        };
+        let stopped = &stopped;
+        let reader = spawn_named(&format!("bundlescope-hash-{index}"), |b| {
+            b.spawn_scoped(scope, move || {
+                read_and_hash(file, chunk, to_scan, to_ranges, back_rx, stopped, cancel)
+            })
+        })?;
+        let guard = StopOnDrop(stopped);
+        for data in &scan_rx {
+            if cancel.is_cancelled() {
+                break;
+            }
+            feed_scanners(bundle, pending, active, &data, *offset, emit);
+            *offset += data.len() as u64;
+            let _ = back_tx.send(data);
+            progress(*offset);
+        }
+        drop(guard);
+        drop(scan_rx);
+        let end = reader.join().ok();
+        Ok(match end {
+            Some(ReadEnd {
+                digest: Some(d),
+                bytes,
+                ..
+            }) if bytes == *offset => Some(d),
+            Some(ReadEnd {
+                error: Some(e),
+                bytes,
+                ..
+            }) => {
+                if !cancel.is_cancelled() {
+                    *offset = bytes;
+                    *read_error = Some(e);
+                }
+                None
+            }
+            _ => None,
+        })
+    })
+}
+
+/// Reads, hashes and scans on this thread, a [`READ_PIECE`] at a time, each
+/// piece scanned right after it is hashed, while it is still in this core's
+/// cache (handed to another core, the bytes come back from memory and both
+/// the hash and the code tally stall on them).
+fn read_hash_scan(
+    mut file: File,
+    bundle: &Bundle,
+    pending: &mut std::collections::VecDeque<Scanner>,
+    active: &mut Vec<Scanner>,
+    cancel: &CancelToken,
+    progress: &(dyn Fn(u64) + Sync),
+    emit: Sink,
+) -> ReadEnd {
+    let mut h = Sha256::new();
+    let mut offset = 0u64;
+    let mut buf = vec![0u8; READ_PIECE];
+    let mut since_progress = 0usize;
+    loop {
+        if cancel.is_cancelled() {
+            return ReadEnd {
+                digest: None,
+                bytes: offset,
+                error: Some("stopped".into()),
+            };
+        }
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return ReadEnd {
+                    digest: None,
+                    bytes: offset,
+                    error: Some(format!("read error at byte {offset}: {e}")),
+                };
+            }
+        };
+        h.update(&buf[..n]);
+        feed_scanners(bundle, pending, active, &buf[..n], offset, emit);
+        offset += n as u64;
+        since_progress += n;
+        if since_progress >= CHUNK_BYTES {
+            since_progress = 0;
+            progress(offset);
+        }
+    }
+    progress(offset);
+    ReadEnd {
+        digest: Some(h.finalize()),
+        bytes: offset,
+        error: None,
+    }
 }
 
 /// Feeds `data`, the file's bytes from offset `a`, to every scanner whose

@@ -55,6 +55,11 @@ pub struct TensorRow {
     /// when range hashes were not computed (`audit --range-hashes`) or the
     /// range could not be read.
     pub sha256: Option<String>,
+    /// A GGUF tensor's dimensions in ggml's order (`ne`, contiguous axis
+    /// first; `shape` is PyTorch's order, `ne` reversed); absent for other
+    /// formats.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ne: Option<Vec<u64>>,
 }
 
 /// One payload file's integrity.
@@ -303,6 +308,10 @@ impl ReportBuilder {
                     .resolve_alias(i)
                     .ok()
                     .and_then(|r| self.range_hashes.get(r).cloned().flatten()),
+                ne: (b.format == crate::format::FormatKind::Gguf)
+                    .then(|| t.record.get("ne"))
+                    .flatten()
+                    .and_then(|ne| serde_json::from_value(ne.clone()).ok()),
             })
             .collect();
         Some(Report {

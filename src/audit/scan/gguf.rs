@@ -9,8 +9,9 @@ use rayon::prelude::*;
 use super::tally::PARALLEL_MIN_BYTES;
 use crate::decode::f16_to_f32;
 use crate::decode::gguf::{
-    MAX_BLOCK, block_codes, block_sub_scales, byte_codes, code_format, expand_byte_counts,
-    f16_fields, sub_scale_format,
+    JOINT_TABLE, MAX_BLOCK, block_codes, block_sub_scales, byte_codes, code_format,
+    expand_byte_counts, expand_joint_counts, f16_fields, has_joint_codes, joint_codes,
+    joint_zero_runs, sub_scale_format,
 };
 use crate::decode::stats::{self, CodeCounts, GgufStats, Quality, TensorStats};
 use crate::finding::Finding;
@@ -91,22 +92,30 @@ impl Acc {
     }
 
     fn blocks_bounded(&mut self, ty: GgmlType, first: u64, data: &[u8], type_size: usize) {
-        let n = ty.block_size() as usize;
-        let zero = code_format(ty).map_or(0, |(_, z)| z);
-        let (d_at, m_at) = f16_fields(ty);
-        let fast = byte_codes(ty);
-        // The code bytes of a symmetric type's all-zero block.
-        let zero_byte = match ty {
-            GgmlType::Q4_0 => Some(0x88u8),
-            GgmlType::Q8_0 | GgmlType::Q8_K => Some(0),
-            _ => None,
-        };
-        // Four interleaved tables, so runs of one value do not serialise.
-        let mut t = [[0u32; 256]; 4];
-        let mut q = [0u8; MAX_BLOCK];
-        let (mut sc, mut mn) = ([0u8; 16], [0u8; 16]);
-        for (k, b) in data.chunks_exact(type_size).enumerate() {
-            let all_zero = if let Some((off, len)) = fast {
+        if has_joint_codes(ty) {
+            // A byte of low bits with its high bits: one increment for two
+            // or four codes, expanded once per call.
+            let mut t = vec![0u32; JOINT_TABLE];
+            let runs = joint_zero_runs(ty);
+            self.each_block(ty, first, data, type_size, |b| {
+                joint_codes(ty, b, |i| t[i] += 1);
+                runs.is_some_and(|runs| {
+                    runs.iter()
+                        .all(|&(off, len, v)| b[off..off + len].iter().all(|&x| x == v))
+                })
+            });
+            let wide: Vec<u64> = t.iter().map(|&n| u64::from(n)).collect();
+            expand_joint_counts(ty, &wide, &mut self.codes);
+        } else if let Some((off, len)) = byte_codes(ty) {
+            // The code bytes of a symmetric type's all-zero block.
+            let zero_byte = match ty {
+                GgmlType::Q4_0 => Some(0x88u8),
+                GgmlType::Q8_0 | GgmlType::Q8_K => Some(0),
+                _ => None,
+            };
+            // Four interleaved tables, so runs of one value do not serialise.
+            let mut t = [[0u32; 256]; 4];
+            self.each_block(ty, first, data, type_size, |b| {
                 let qs = &b[off..off + len];
                 for w in qs.as_chunks::<4>().0 {
                     t[0][usize::from(w[0])] += 1;
@@ -115,22 +124,64 @@ impl Acc {
                     t[3][usize::from(w[3])] += 1;
                 }
                 zero_byte.is_some_and(|z| qs.iter().all(|&x| x == z))
-            } else {
+            });
+            let mut table = [0u64; 256];
+            for (v, slot) in table.iter_mut().enumerate() {
+                *slot = u64::from(t[0][v])
+                    + u64::from(t[1][v])
+                    + u64::from(t[2][v])
+                    + u64::from(t[3][v]);
+            }
+            expand_byte_counts(ty, &table, &mut self.codes);
+        } else {
+            // Any other decoded type: every code unpacked.
+            let n = ty.block_size() as usize;
+            let zero = code_format(ty).map_or(0, |(_, z)| z);
+            let mut q = [0u8; MAX_BLOCK];
+            let mut t = [0u64; 256];
+            self.each_block(ty, first, data, type_size, |b| {
                 block_codes(ty, b, &mut q);
-                for w in q[..n].as_chunks::<4>().0 {
-                    t[0][usize::from(w[0])] += 1;
-                    t[1][usize::from(w[1])] += 1;
-                    t[2][usize::from(w[2])] += 1;
-                    t[3][usize::from(w[3])] += 1;
+                for &c in &q[..n] {
+                    t[usize::from(c)] += 1;
                 }
                 zero != 0 && q[..n].iter().all(|&c| i32::from(c) == zero)
-            };
-            let (ns, nm) = block_sub_scales(ty, b, &mut sc, &mut mn);
-            for &s in &sc[..ns] {
-                self.sub[usize::from(s)] += 1;
+            });
+            for (c, n) in self.codes.iter_mut().zip(t) {
+                *c += n;
             }
-            for &m in &mn[..nm] {
-                self.mins[usize::from(m)] += 1;
+        }
+    }
+
+    /// The per-block work besides the codes, which `codes` tallies (and
+    /// says whether the block's codes are all the zero level).
+    #[inline(always)]
+    fn each_block(
+        &mut self,
+        ty: GgmlType,
+        first: u64,
+        data: &[u8],
+        type_size: usize,
+        mut codes: impl FnMut(&[u8]) -> bool,
+    ) {
+        let (d_at, m_at) = f16_fields(ty);
+        let (mut sc, mut mn) = ([0u8; 16], [0u8; 16]);
+        // Q2_K's scale bytes are a scale nibble and a min nibble: counted
+        // as bytes and split once at the end.
+        let mut q2k = [0u32; 256];
+        for (k, b) in data.chunks_exact(type_size).enumerate() {
+            let all_zero = codes(b);
+            if ty == GgmlType::Q2_K {
+                for &x in &b[..16] {
+                    q2k[usize::from(x)] += 1;
+                }
+            } else {
+                let (ns, nm) = block_sub_scales(ty, b, &mut sc, &mut mn);
+                for &s in &sc[..ns] {
+                    self.sub[usize::from(s)] += 1;
+                }
+                for &m in &mn[..nm] {
+                    self.mins[usize::from(m)] += 1;
+                }
             }
             let mut d_zero = false;
             for (at, field, hist) in [(d_at, "d", &mut self.d_hist), (m_at, "m", &mut self.m_hist)]
@@ -174,16 +225,10 @@ impl Acc {
                 self.zero_blocks += 1;
             }
         }
-        let mut table = [0u64; 256];
-        for (v, slot) in table.iter_mut().enumerate() {
-            *slot =
-                u64::from(t[0][v]) + u64::from(t[1][v]) + u64::from(t[2][v]) + u64::from(t[3][v]);
-        }
-        if fast.is_some() {
-            expand_byte_counts(ty, &table, &mut self.codes);
-        } else {
-            for (c, n) in self.codes.iter_mut().zip(table) {
-                *c += n;
+        if ty == GgmlType::Q2_K {
+            for (x, &n) in q2k.iter().enumerate() {
+                self.sub[x & 0xf] += u64::from(n);
+                self.mins[x >> 4] += u64::from(n);
             }
         }
     }
@@ -236,7 +281,9 @@ impl GgufScan {
             return;
         }
         let (ty, ts, first) = (self.ty, self.type_size, self.block);
-        let threads = rayon::current_num_threads();
+        // One core is the pass's reader and hasher: the scan splits over
+        // the others, and stays on this thread where there is only one.
+        let threads = rayon::current_num_threads().saturating_sub(1);
         if threads > 1 && data.len() >= PARALLEL_MIN_BYTES {
             // One piece a thread: each piece zeroes and merges two 256 KiB
             // scale histograms, which smaller pieces would pay for again.

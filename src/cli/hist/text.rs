@@ -61,6 +61,13 @@ pub(super) fn print_tensor(t: &TensorInfo, stats: &TensorStats) {
             );
             print_bins(&s.bins, 1);
         }
+        if let Some(m) = stats.gguf.as_ref().and_then(|g| g.mins.as_ref()) {
+            println!(
+                "\n  block mins |m|/|dmin| ({}, {}): min {:.4e}  p01 {:.4e}  median {:.4e}  p99 {:.4e}  max {:.4e}  zero or non-finite {}",
+                m.dtype, m.count, m.min, m.p01, m.median, m.p99, m.max, m.invalid
+            );
+            print_bins(&m.bins, 1);
+        }
         println!();
         print_quality(q, c.bits);
     } else if let Some(s) = &stats.scales {
