@@ -123,6 +123,17 @@ pub fn summarise_byte_scales(kind: ScaleKind, hist: &[u64; 256]) -> ScaleSummary
             invalid += n;
         }
     }
+    let dtype = match kind {
+        ScaleKind::E8m0 => "E8M0",
+        ScaleKind::E4m3 => "E4M3",
+    };
+    summarise_weighted(dtype, values, invalid)
+}
+
+/// The scale summary of `values` (each a positive finite scale and how
+/// often it occurs, in any order) and `invalid` other scales: quantiles,
+/// extremes and half-octave bins, as for audio8's F16 scales.
+pub fn summarise_weighted(dtype: &str, mut values: Vec<(f32, u64)>, invalid: u64) -> ScaleSummary {
     values.sort_by(|a, b| a.0.total_cmp(&b.0));
     let valid: u64 = values.iter().map(|v| v.1).sum();
     let quantile = |q: f64| {
@@ -162,11 +173,7 @@ pub fn summarise_byte_scales(kind: ScaleKind, hist: &[u64; 256]) -> ScaleSummary
         }
     }
     ScaleSummary {
-        dtype: match kind {
-            ScaleKind::E8m0 => "E8M0",
-            ScaleKind::E4m3 => "E4M3",
-        }
-        .to_string(),
+        dtype: dtype.to_string(),
         count: valid + invalid,
         invalid,
         min,

@@ -54,6 +54,15 @@ pub(super) fn merge_scales((w, s, bits): Module, stats: &mut [Option<TensorStats
         return;
     };
     let (range, outliers, zeros) = (scale_range(scales), scales.row_outliers, scales.zero_scales);
+    let summary = scales.scales.clone();
+    if let Some(st) = stats.get_mut(w).and_then(Option::as_mut)
+        && st.scales.is_none()
+    {
+        // The weight's scale distribution is its scales tensor's (the
+        // magnitudes of affine scales), so its histogram, quantiles and
+        // peer statistics are there as for any packed weight.
+        st.scales = summary;
+    }
     if let Some(q) = stats
         .get_mut(w)
         .and_then(Option::as_mut)

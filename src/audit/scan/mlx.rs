@@ -485,7 +485,7 @@ impl AbsRange {
     /// number of zero scales.
     /// `patterns` is the tensor's 16-bit pattern histogram (F16 and BF16
     /// scales; the dense scanner keeps it), unused for F32.
-    pub(super) fn finish(mut self, patterns: (&[u32], Blocks)) -> (Option<[f64; 2]>, u64, u64) {
+    pub(super) fn finish(mut self, patterns: (&[u32], Blocks)) -> ScalesFound {
         use crate::decode::{bf16_to_f32, f16_to_f32};
         use crate::format::DenseDtype;
         let value: fn(u16) -> f32 = match self.dtype {
@@ -513,12 +513,53 @@ impl AbsRange {
                 .map(|&h| patterns.0.get(h).map_or(0, |&n| u64::from(n)))
                 .sum(),
         };
-        (
-            range.map(|(lo, hi)| [f64::from(lo), f64::from(hi)]),
+        // The magnitudes' distribution (the weight's scale histogram and
+        // quantiles): from the pattern histogram's cells for F16/BF16, from
+        // the BF16-precision keys for F32.
+        let mut magnitudes: Vec<(f32, u64)> = Vec::new();
+        match self.dtype {
+            DenseDtype::F32 => {
+                for (k, &n) in self.rows.hist.iter().enumerate().skip(1) {
+                    if n > 0 {
+                        magnitudes.push((value(k as u16), u64::from(n)));
+                    }
+                }
+            }
+            _ => {
+                let inf = if self.dtype == DenseDtype::F16 {
+                    0x7c00
+                } else {
+                    0x7f80
+                };
+                for (h, n) in patterns.1.cells(patterns.0) {
+                    let key = h & 0x7fff;
+                    if key > 0 && key < inf {
+                        magnitudes.push((value(key), u64::from(n)));
+                    }
+                }
+            }
+        }
+        let label = format!("|{}|", self.dtype.as_str());
+        ScalesFound {
+            range: range.map(|(lo, hi)| [f64::from(lo), f64::from(hi)]),
             outliers,
             zeros,
-        )
+            summary: dm::summarise_weighted(&label, magnitudes, zeros),
+        }
     }
+}
+
+/// What the scan of an affine module's scales found for its weight.
+#[derive(Debug, PartialEq)]
+pub(super) struct ScalesFound {
+    /// `[min, max]` of the nonzero finite magnitudes, when there is one.
+    pub(super) range: Option<[f64; 2]>,
+    /// Rows whose largest magnitude exceeds 8× the median.
+    pub(super) outliers: u64,
+    /// Zero scales.
+    pub(super) zeros: u64,
+    /// The magnitudes' distribution (zeros counted as invalid).
+    pub(super) summary: stats::ScaleSummary,
 }
 
 #[cfg(test)]
@@ -546,7 +587,7 @@ mod tests {
             .collect();
         let mut r = AbsRange::new(DenseDtype::Bf16, 2);
         r.feed(&bytes);
-        assert_eq!(r.finish((&patterns(&bytes), Blocks::ALL)).1, 1);
+        assert_eq!(r.finish((&patterns(&bytes), Blocks::ALL)).outliers, 1);
     }
 
     #[test]
@@ -561,14 +602,19 @@ mod tests {
             r.feed(&bytes[..cut]);
             r.feed(&bytes[cut..]);
             // One row; median of the finite magnitudes 0.25: 4 > 8 × 0.25.
+            let found = r.finish((&patterns(&bytes), Blocks::ALL));
             assert_eq!(
-                r.finish((&patterns(&bytes), Blocks::ALL)),
+                (found.range, found.outliers, found.zeros),
                 (Some([0.125, 4.0]), 1, 1),
                 "cut at {cut}"
             );
+            // Five nonzero finite magnitudes; the zero is invalid.
+            assert_eq!((found.summary.count, found.summary.invalid), (6, 1));
+            assert_eq!(found.summary.median, 0.5);
         }
         let mut r = AbsRange::new(DenseDtype::F32, 1);
         r.feed(&0f32.to_le_bytes());
-        assert_eq!(r.finish((&[], Blocks::NONE)), (None, 0, 1));
+        let found = r.finish((&[], Blocks::NONE));
+        assert_eq!((found.range, found.outliers, found.zeros), (None, 0, 1));
     }
 }

@@ -242,11 +242,12 @@ impl Scanner {
             Kind::MlxCodes(m) => m.finish(name, &mut findings),
             Kind::MlxScales(m) => m.finish(name, self.start, &mut findings),
             Kind::MlxAffineScales(d, r) => {
-                let (abs_range, outliers, zeros) = r.finish(d.patterns());
+                let found = r.finish(d.patterns());
                 TensorStats {
-                    abs_range,
-                    row_outliers: Some(outliers),
-                    zero_scales: Some(zeros),
+                    abs_range: found.range,
+                    row_outliers: Some(found.outliers),
+                    zero_scales: Some(found.zeros),
+                    scales: Some(found.summary),
                     ..d.finish(name, &mut findings)
                 }
             }
