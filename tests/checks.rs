@@ -991,6 +991,7 @@ fn every_registered_check_has_a_case() {
         .chain(gptq_cases().iter().map(|c| c.check))
         .chain(gguf_cases().iter().map(|c| c.check))
         .chain(mlx_cases().iter().map(|c| c.check))
+        .chain(common::oms::cases().iter().map(|c| c.check))
         .chain(elsewhere.iter().map(|(id, _)| *id))
         .collect();
     for c in bundlescope::finding::checks::ALL {
@@ -1216,5 +1217,15 @@ fn assert_gptq_case(case: &GptqCase) {
 fn every_gptq_overlay_corruption_is_caught() {
     for case in gptq_cases() {
         assert_gptq_case(&case);
+    }
+}
+
+#[test]
+fn every_oms_signature_corruption_is_caught() {
+    if !common::oms::available() {
+        return;
+    }
+    for case in common::oms::cases() {
+        common::oms::assert_case(&case);
     }
 }
