@@ -279,3 +279,22 @@ fn a_sigstore_bundle_shows_identity_and_says_what_was_not_verified() {
         );
     }
 }
+
+#[test]
+fn the_markdown_report_and_the_lineage_text_lead_with_the_signature() {
+    if !oms::available() {
+        return;
+    }
+    let s = oms::signed(How::Key("p256"));
+    let mut args = vec!["audit", s.dir.to_str().unwrap(), "--markdown"];
+    args.extend(s.trust.iter().map(String::as_str));
+    let md = cli(&args).stdout;
+    let first_h2 = md.lines().find(|l| l.starts_with("## ")).unwrap();
+    assert_eq!(first_h2, "## Signature");
+    assert!(md.contains("3 files, all digests match"), "{md}");
+    assert!(md.contains("- verified: yes"), "{md}");
+    s.change_payload_byte();
+    let md = cli(&args).stdout;
+    assert!(md.contains("- verified: **no**"), "{md}");
+    assert!(!md.contains("all digests match"), "{md}");
+}

@@ -1,0 +1,62 @@
+//! The Summary tab leads with the OMS signature: a signed bundle verified
+//! with the key picked for its folder says "signed by …", a tampered one
+//! says what failed; the key is remembered for the folder.
+#![cfg(feature = "gui")]
+
+mod common;
+
+use bundlescope::app::Command;
+use bundlescope::app::signing::TrustFile;
+use common::harness::*;
+use common::oms::{self, How};
+
+/// The vertical position of the first node whose label contains `text`.
+fn top_of(g: &Gui, text: &str) -> f32 {
+    use egui_kittest::kittest::Queryable;
+    g.harness
+        .query_all_by_label_contains(text)
+        .next()
+        .unwrap_or_else(|| panic!("nothing labelled {text:?}"))
+        .rect()
+        .min
+        .y
+}
+
+#[test]
+fn summary_leads_with_the_signature_and_shows_a_tampered_one_failing() {
+    if !oms::available() {
+        return;
+    }
+    let s = oms::signed(How::Key("p256"));
+    let mut g = gui();
+    g.open(&s.dir);
+    // No key yet: a warning, never "verified".
+    assert!(g.shows("Signature: signed (key"), "no signature line");
+    assert!(g.shows("signature not checked: no key given"));
+    assert!(!g.shows("all digests match"));
+
+    // The key picked for this folder: audited again, verified.
+    g.send(Command::SetSigningFile(
+        TrustFile::Key,
+        s.work.join("pub.pem"),
+    ));
+    g.harness.step();
+    g.finish();
+    assert!(g.shows("3 files, all digests match"), "not verified");
+    assert!(g.shows("Verify with"));
+    // At the top of the Summary: above the format row.
+    assert!(top_of(&g, "Signature: signed by") < top_of(&g, "source revision"));
+
+    // Tampered: the same folder (the key is remembered), a changed byte.
+    s.change_payload_byte();
+    g.open(&s.dir);
+    assert!(g.shows("Signature: signed (key"), "no failure line");
+    assert!(g.shows("NOT verified"));
+    assert!(!g.shows("all digests match"));
+    assert_eq!(
+        g.verdict().to_lowercase().contains("invalid"),
+        true,
+        "{}",
+        g.verdict()
+    );
+}
