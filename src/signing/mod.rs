@@ -244,12 +244,12 @@ impl SignatureReport {
             .or_else(|| {
                 self.key_fingerprint
                     .as_ref()
-                    .map(|f| format!("key {}", &f[..16.min(f.len())]))
+                    .map(|f| format!("key {}", head(f)))
             })
             .or_else(|| {
                 self.key_hint
                     .as_ref()
-                    .map(|h| format!("key hint {}", &h[..16.min(h.len())]))
+                    .map(|h| format!("key hint {}", head(h)))
             })
             .unwrap_or_else(|| "an unknown signer".into());
         let method = self.method.map_or("unreadable", |m| m.name());
@@ -269,6 +269,12 @@ impl SignatureReport {
             format!("signed ({method}, {who}) but NOT verified: {what}")
         }
     }
+}
+
+/// The first 16 characters of a fingerprint or hint (which came from a
+/// file, so may be any text).
+fn head(s: &str) -> String {
+    s.chars().take(16).collect()
 }
 
 /// The outcome of checking the bundle and its envelope (before the folder
