@@ -432,40 +432,6 @@ fn tensors_md(r: &Report, out: &mut String) {
     t.render(out);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_escapes_what_markdown_and_tables_read() {
-        assert_eq!(text("a|b"), "a\\|b");
-        assert_eq!(text("`x`"), "\\`x\\`");
-        assert_eq!(text("<script>"), "\\<script\\>");
-        assert_eq!(text("l1\nl2\r\tz"), "l1 l2  z");
-        assert_eq!(text("a\u{0}b"), "a\u{FFFD}b");
-        assert_eq!(text("plain.name.0"), "plain.name.0");
-        assert_eq!(
-            text("embed_tokens _x_ y_ 1_2"),
-            "embed_tokens \\_x\\_ y\\_ 1_2"
-        );
-    }
-
-    #[test]
-    fn code_falls_back_to_text_on_a_backtick() {
-        assert_eq!(code("packed.scales"), "`packed.scales`");
-        assert_eq!(code("a`b"), "a\\`b");
-    }
-
-    #[test]
-    fn table_rows_have_every_column() {
-        let mut t = Table::new(&["a", "n>"]);
-        t.row(vec!["x".into()]);
-        let mut s = String::new();
-        t.render(&mut s);
-        assert_eq!(s, "| a | n |\n|---|---:|\n| x |   |\n\n");
-    }
-}
-
 /// The signature section a review leads with.
 fn signature_md(r: &Report, out: &mut String) {
     out.push_str("## Signature\n\n");
@@ -517,4 +483,38 @@ fn signature_md(r: &Report, out: &mut String) {
         row("not verified", text(n));
     }
     out.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_escapes_what_markdown_and_tables_read() {
+        assert_eq!(text("a|b"), "a\\|b");
+        assert_eq!(text("`x`"), "\\`x\\`");
+        assert_eq!(text("<script>"), "\\<script\\>");
+        assert_eq!(text("l1\nl2\r\tz"), "l1 l2  z");
+        assert_eq!(text("a\u{0}b"), "a\u{FFFD}b");
+        assert_eq!(text("plain.name.0"), "plain.name.0");
+        assert_eq!(
+            text("embed_tokens _x_ y_ 1_2"),
+            "embed_tokens \\_x\\_ y\\_ 1_2"
+        );
+    }
+
+    #[test]
+    fn code_falls_back_to_text_on_a_backtick() {
+        assert_eq!(code("packed.scales"), "`packed.scales`");
+        assert_eq!(code("a`b"), "a\\`b");
+    }
+
+    #[test]
+    fn table_rows_have_every_column() {
+        let mut t = Table::new(&["a", "n>"]);
+        t.row(vec!["x".into()]);
+        let mut s = String::new();
+        t.render(&mut s);
+        assert_eq!(s, "| a | n |\n|---|---:|\n| x |   |\n\n");
+    }
 }

@@ -503,7 +503,7 @@ fn key_method(
                 format!(
                     "the bundle names key {} but --key {file} is {} ({}); the signature was made with another key",
                     hint.map(str::to_string)
-                        .or_else(|| raw.map(|r| crate::format::sha256_hex(r)))
+                        .or_else(|| raw.map(crate::format::sha256_hex))
                         .unwrap_or_default(),
                     key.fingerprint(),
                     key.curve()

@@ -39,7 +39,7 @@ impl HashType {
     }
 
     /// Digest length in bytes.
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             HashType::Blake2b => 64,
             _ => 32,
@@ -198,7 +198,7 @@ fn hex_digest(field: &str, v: &Value, len: usize) -> Result<Vec<u8>, Finding> {
 
 /// Lower-case (or upper-case) hex to bytes.
 pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 256 {
+    if !s.len().is_multiple_of(2) || s.len() > 256 {
         return None;
     }
     (0..s.len())
@@ -286,7 +286,7 @@ fn parse_v1(v: &Value) -> Result<Statement, Finding> {
         let digest = hex_digest(
             &format!("{f}.digest"),
             get(r, &f, "digest")?,
-            serialization.hash_type.len(),
+            serialization.hash_type.digest_len(),
         )?;
         root_hasher.update(&digest);
         let (path, range) = match serialization.method {
@@ -306,7 +306,7 @@ fn parse_v1(v: &Value) -> Result<Statement, Finding> {
                         format!("shard resource {name:?}: start and end are not integers"),
                     ));
                 };
-                if end <= start || end - start > shard_size || start % shard_size != 0 {
+                if end <= start || end - start > shard_size || !start.is_multiple_of(shard_size) {
                     return Err(bad_manifest(
                         &format!("{f}.name"),
                         format!(
