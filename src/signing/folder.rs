@@ -407,3 +407,101 @@ fn compare_one(statement: &Statement, i: usize, got: &[u8], out: &mut Compared) 
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signing::statement::{Resource, Serialization};
+
+    fn statement(files: &[(&str, &[u8])]) -> Statement {
+        use sha2::Digest;
+        Statement {
+            predicate_type: crate::signing::statement::PREDICATE_V1.into(),
+            model_name: "m".into(),
+            root_digest: None,
+            serialization: Serialization {
+                method: Method::Files,
+                hash_type: HashType::Sha256,
+                allow_symlinks: false,
+                ignore_paths: vec!["skip".into()],
+            },
+            resources: files
+                .iter()
+                .map(|(n, b)| Resource {
+                    name: n.to_string(),
+                    path: n.to_string(),
+                    range: None,
+                    digest: sha2::Sha256::digest(b).to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_and_special_files_are_findings_and_never_opened() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::write(d.join("a"), b"alpha").unwrap();
+        std::fs::create_dir_all(d.join("skip/deep")).unwrap();
+        std::fs::write(d.join("skip/deep/x"), b"ignored").unwrap();
+        std::os::unix::fs::symlink(d.join("a"), d.join("link")).unwrap();
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates a node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let st = statement(&[("a", b"alpha")]);
+        let out = compare(
+            d,
+            &st,
+            None,
+            &HashMap::new(),
+            false,
+            &CancelToken::default(),
+        );
+        let mut paths: Vec<_> = out
+            .findings
+            .iter()
+            .map(|f| (f.check.as_str(), f.field.clone().unwrap_or_default()))
+            .collect();
+        paths.sort();
+        assert_eq!(
+            paths,
+            [
+                ("oms.path", "fifo".to_string()),
+                ("oms.path", "link".to_string())
+            ]
+        );
+        assert_eq!(out.matched, 1);
+        assert!(out.unsigned_files.is_empty());
+    }
+
+    #[test]
+    fn a_digest_from_the_pass_is_used_without_reading_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("w"), b"on disk").unwrap();
+        let st = statement(&[("w", b"signed")]);
+        // The pass's digest says "signed": it is taken as is.
+        let mut known = HashMap::new();
+        known.insert("w".to_string(), st.resources[0].digest.clone());
+        let out = compare(
+            tmp.path(),
+            &st,
+            None,
+            &known,
+            false,
+            &CancelToken::default(),
+        );
+        assert!(out.findings.is_empty(), "{:?}", out.findings);
+        // Without it the file is hashed, and differs.
+        let out = compare(
+            tmp.path(),
+            &st,
+            None,
+            &HashMap::new(),
+            false,
+            &CancelToken::default(),
+        );
+        assert_eq!(out.findings[0].check, checks::OMS_DIGEST);
+    }
+}
