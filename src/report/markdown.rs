@@ -463,6 +463,9 @@ fn signature_md(r: &Report, out: &mut String) {
     if let Some(v) = &s.certificate_subject {
         row("certificate subject", text(v));
     }
+    if let Some([from, to]) = &s.certificate_validity {
+        row("certificate valid", format!("{} to {}", text(from), text(to)));
+    }
     if let Some(v) = &s.identity {
         row("identity", text(v));
     }
