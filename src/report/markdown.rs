@@ -464,7 +464,10 @@ fn signature_md(r: &Report, out: &mut String) {
         row("certificate subject", text(v));
     }
     if let Some([from, to]) = &s.certificate_validity {
-        row("certificate valid", format!("{} to {}", text(from), text(to)));
+        row(
+            "certificate valid",
+            format!("{} to {}", text(from), text(to)),
+        );
     }
     if let Some(v) = &s.identity {
         row("identity", text(v));
