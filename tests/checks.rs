@@ -995,6 +995,7 @@ fn every_registered_check_has_a_case() {
         .chain(gptq_cases().iter().map(|c| c.check))
         .chain(gguf_cases().iter().map(|c| c.check))
         .chain(mlx_cases().iter().map(|c| c.check))
+        .chain(common::oms::cases().iter().map(|c| c.check))
         .chain(elsewhere.iter().map(|(id, _)| *id))
         .collect();
     for c in bundlescope::finding::checks::ALL {
@@ -1253,4 +1254,14 @@ fn tensor_duplicate_is_a_warning_naming_its_twin() {
     // The undamaged sample has no duplicate.
     let clean = TestBundle::v2();
     assert!(findings_of(&audit_json(&clean.dir).json(), "tensor.duplicate").is_empty());
+}
+
+#[test]
+fn every_oms_signature_corruption_is_caught() {
+    if !common::oms::available() {
+        return;
+    }
+    for case in common::oms::cases() {
+        common::oms::assert_case(&case);
+    }
 }

@@ -11,6 +11,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("finding", 0),
     ("format", 1),
     ("decode", 2),
+    ("signing", 2),
     ("audit", 3),
     ("report", 4),
     ("sample", 4),

@@ -116,6 +116,7 @@ fn audit_markdown_of_a_sample_has_every_section_and_real_tables() {
     assert_eq!(
         d.h2(),
         [
+            "Signature",
             "Verdict",
             "Findings",
             "Provenance",
@@ -124,6 +125,11 @@ fn audit_markdown_of_a_sample_has_every_section_and_real_tables() {
         ]
     );
     assert!(run.stdout.contains("**VALID**: 0 errors"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("**unsigned (no model.sig)**"),
+        "{}",
+        run.stdout
+    );
     assert!(run.stdout.contains("No findings."));
     assert!(d.html.is_empty(), "no raw HTML: {:?}", d.html);
     assert_rectangular(&d);

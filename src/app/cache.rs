@@ -91,6 +91,11 @@ impl AuditCache {
         if opened.format == format::FormatKind::GptqQ4Calibrated {
             return None;
         }
+        // A signed folder's signature covers every file in it, which the
+        // fingerprint does not: it is verified afresh each time.
+        if folder_of(bundle).is_some_and(|d| d.join(crate::signing::SIGNATURE_FILE).exists()) {
+            return None;
+        }
         if entry.stats.len() != opened.tensors.len() || entry.files.len() != opened.files.len() {
             return None;
         }

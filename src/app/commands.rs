@@ -63,6 +63,14 @@ pub enum Command {
     /// Open the built-in demo's calibrated GPTQ-Q4 overlay (its parent, the
     /// demo bundle, beside it).
     OpenDemoOverlay,
+    /// Show the file picker for a public key (PEM) or root certificate
+    /// that verifies the open bundle's OMS signature.
+    PickSigningFile(super::signing::TrustFile),
+    /// Remember this key or root for the open bundle's folder and audit it
+    /// again with it.
+    SetSigningFile(super::signing::TrustFile, PathBuf),
+    /// Forget the keys and roots of the open bundle's folder.
+    ForgetSigningFiles,
     /// Show the folder picker for the open overlay's parent bundle.
     PickParent,
     /// Audit the open overlay again against this parent folder.
@@ -138,6 +146,8 @@ pub(super) fn notice_ui(ui: &mut egui::Ui, n: &Notice) -> bool {
 
 #[derive(Debug, Clone, Copy)]
 enum DialogKind {
+    SigningKey,
+    CertRoot,
     Open,
     Save,
     Reference,
@@ -232,6 +242,24 @@ impl App {
                 Command::OpenDemoOverlay => self.start_chore("demo", |_| {
                     Chore::Demo(crate::sample::gptq::demo_overlay().map_err(|e| format!("{e:#}")))
                 }),
+                Command::PickSigningFile(kind) => self.start_dialog(match kind {
+                    super::signing::TrustFile::Key => DialogKind::SigningKey,
+                    super::signing::TrustFile::Root => DialogKind::CertRoot,
+                }),
+                Command::SetSigningFile(kind, file) => {
+                    if let Some(s) = &self.session {
+                        let p = s.path.clone();
+                        self.signing.add(&p, kind, file);
+                        self.open(p, false);
+                    }
+                }
+                Command::ForgetSigningFiles => {
+                    if let Some(s) = &self.session {
+                        let p = s.path.clone();
+                        self.signing.forget(&p);
+                        self.open(p, false);
+                    }
+                }
                 Command::PickParent => self.start_dialog(DialogKind::Parent),
                 Command::SetParent(dir) => {
                     if let Some(s) = &self.session {
@@ -365,6 +393,14 @@ impl App {
             DialogKind::Parent => rfd::FileDialog::new()
                 .set_title("Choose the parent bundle folder")
                 .pick_folder(),
+            DialogKind::SigningKey => rfd::FileDialog::new()
+                .set_title("Choose the signer's public key (PEM)")
+                .add_filter("PEM public key", &["pem", "pub", "key"])
+                .pick_file(),
+            DialogKind::CertRoot => rfd::FileDialog::new()
+                .set_title("Choose a trusted root certificate (PEM)")
+                .add_filter("PEM certificate", &["pem", "crt", "cer"])
+                .pick_file(),
         });
         match job {
             Ok(job) => self.dialog = Some(Dialog { kind, job }),
@@ -386,6 +422,12 @@ impl App {
             (DialogKind::Save, Some(p)) => self.send(Command::SaveReport(p)),
             (DialogKind::Reference, Some(p)) => self.send(Command::SetReference(p)),
             (DialogKind::Parent, Some(p)) => self.send(Command::SetParent(p)),
+            (DialogKind::SigningKey, Some(p)) => {
+                self.send(Command::SetSigningFile(super::signing::TrustFile::Key, p))
+            }
+            (DialogKind::CertRoot, Some(p)) => {
+                self.send(Command::SetSigningFile(super::signing::TrustFile::Root, p))
+            }
             (DialogKind::Compare, Some(p)) => self.send(Command::Compare(p)),
             (DialogKind::SaveDiff, Some(p)) => self.send(Command::SaveDiffReport(p)),
             (_, None) => {

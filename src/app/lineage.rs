@@ -62,7 +62,7 @@ impl LineageView {
             ..b.provenance.clone()
         };
         let path = s.path.display().to_string();
-        let chain = Chain::build(
+        let mut chain = Chain::build(
             &Inputs {
                 path: &path,
                 format: b.format.name(),
@@ -73,6 +73,8 @@ impl LineageView {
             },
             self.compared.as_ref(),
         );
+        chain.signature = matches!(s.model.outcome, Some(Ok(_)))
+            .then(|| crate::report::lineage::signature_headline(s.model.signature.as_ref()));
         self.cache = Some((key, chain));
     }
 }
@@ -271,6 +273,9 @@ pub(super) fn lineage_ui(
             }
         }
     });
+    if let Some(sig) = &chain.signature {
+        super::provenance::signature_line_ui(ui, s.model.signature.as_ref(), sig);
+    }
     if let Some(r) = &chain.reading {
         ui.label(RichText::new(format!("Read as {r} (docs/provenance.md)")).italics());
     }

@@ -22,6 +22,7 @@ mod quality;
 mod range_hashes;
 mod session;
 pub mod shortcuts;
+pub mod signing;
 mod spotcheck;
 mod stream;
 mod tensors;
@@ -104,6 +105,8 @@ pub struct App {
     nvfp4: Nvfp4View,
     spot: SpotView,
     lineage: LineageView,
+    /// Keys and roots that verify a signed folder, per folder.
+    signing: signing::SigningTrust,
     /// Compare with…: bundle B, the diff and its table.
     compare: CompareView,
     /// What the comparison last told the Lineage tab.
@@ -143,6 +146,7 @@ impl App {
             nvfp4: Nvfp4View::default(),
             spot: SpotView::default(),
             lineage: LineageView::default(),
+            signing: signing::SigningTrust::default(),
             compare: CompareView::default(),
             lineage_from_compare: None,
             range_hashes: range_hashes::RangeHashes::default(),
@@ -428,6 +432,12 @@ impl App {
                             ),
                             SideTab::Summary => {
                                 provenance::summary_ui(ui, session);
+                                provenance::signing_trust_ui(
+                                    ui,
+                                    session,
+                                    &self.signing.for_bundle(&session.path),
+                                    &mut self.commands,
+                                );
                                 compare::summary_ui(ui, &mut self.compare, &mut self.commands);
                             }
                         });

@@ -86,6 +86,7 @@ fn start_audit(
     cache: Option<AuditCache>,
     wake: Option<egui::Context>,
     parent: Option<PathBuf>,
+    trust: crate::signing::TrustPaths,
 ) -> Result<Job<AuditMsg>, String> {
     // Bounded like the audit's own stream, for the same reason: a pass
     // outruns a busy window, and memory must not grow without limit.
@@ -106,6 +107,7 @@ fn start_audit(
         }
         let options = audit::Options {
             parent,
+            trust,
             ..audit::Options::default()
         };
         audit::run(&path, &options, w.token(), &|e| {
@@ -143,7 +145,8 @@ impl App {
         // The session appears at once ("Opening…"); the job fills it.
         self.session = Some(Session::new(path.clone()));
         let cache = self.cache.clone().filter(|_| use_cache);
-        match start_audit(path, cache, self.ctx.clone(), parent) {
+        let trust = self.signing.for_bundle(&path);
+        match start_audit(path, cache, self.ctx.clone(), parent, trust) {
             Ok(job) => self.opening.audit = Some(job),
             Err(e) => self.set_notice(format!("could not start the audit: {e}"), true),
         }
@@ -312,6 +315,7 @@ impl App {
             None,
             self.ctx.clone(),
             self.lineage.parent.clone(),
+            self.signing.for_bundle(&s.path),
         ) {
             Ok(job) => {
                 self.opening.reverify = Some(Reverify {

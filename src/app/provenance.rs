@@ -10,6 +10,14 @@ use crate::report::human_bytes;
 /// Draws the summary tab. The totals were computed when the index arrived.
 pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
     let Some(b) = &s.model.bundle else { return };
+    // The signature leads: who signed, and whether every digest matched.
+    if matches!(s.model.outcome, Some(Ok(_))) {
+        let head = crate::report::lineage::signature_headline(s.model.signature.as_ref());
+        signature_line_ui(ui, s.model.signature.as_ref(), &head);
+    } else if std::fs::symlink_metadata(b.dir.join(crate::signing::SIGNATURE_FILE)).is_ok() {
+        ui.label(RichText::new("Signature: checking…").weak());
+    }
+    ui.add_space(4.0);
     let p = &b.provenance;
     egui::Grid::new("provenance")
         .num_columns(2)
@@ -139,5 +147,90 @@ fn short_hash(v: &str) -> String {
         format!("{}…{}", &v[..16], &v[56..])
     } else {
         v.to_string()
+    }
+}
+
+/// The signature's state as one coloured line, labelled "Signature: …"
+/// for screen readers and tests.
+pub(super) fn signature_line_ui(
+    ui: &mut egui::Ui,
+    sig: Option<&crate::signing::SignatureReport>,
+    headline: &str,
+) {
+    let color = match sig {
+        Some(s) if s.verified => egui::Color32::from_rgb(0x2e, 0xa0, 0x4e),
+        Some(s)
+            if s.signature_valid == Some(false)
+                || !s.not_verified.is_empty() && s.files_checked == 0 =>
+        {
+            ui.visuals().error_fg_color
+        }
+        Some(_) => ui.visuals().warn_fg_color,
+        None => ui.visuals().weak_text_color(),
+    };
+    let text = format!("Signature: {headline}");
+    let r = ui.add(egui::Label::new(RichText::new(&text).strong().color(color)).wrap());
+    if let Some(s) = sig {
+        let mut tip = format!("{}\n{}", s.file, s.media_type.clone().unwrap_or_default());
+        for n in &s.not_verified {
+            tip.push_str(&format!("\nnot verified: {n}"));
+        }
+        r.on_hover_text(tip);
+    }
+}
+
+/// The keys and roots remembered for this folder, and buttons to pick
+/// more (the file dialog runs on a job; the audit then runs again).
+pub(super) fn signing_trust_ui(
+    ui: &mut egui::Ui,
+    s: &Session,
+    trust: &crate::signing::TrustPaths,
+    tx: &mut super::Commands,
+) {
+    use super::Command;
+    use super::signing::TrustFile;
+    let signed = s.model.signature.is_some();
+    if !signed && trust.keys.is_empty() && trust.roots.is_empty() {
+        return;
+    }
+    ui.add_space(6.0);
+    ui.horizontal(|ui| {
+        ui.label(RichText::new("Verify with").strong());
+        if ui
+            .button("Key…")
+            .on_hover_text("Pick the signer's public key (PEM); remembered for this folder")
+            .clicked()
+        {
+            tx.send(Command::PickSigningFile(TrustFile::Key));
+        }
+        if ui
+            .button("Root…")
+            .on_hover_text("Pick a trusted root certificate (PEM); remembered for this folder")
+            .clicked()
+        {
+            tx.send(Command::PickSigningFile(TrustFile::Root));
+        }
+        if (!trust.keys.is_empty() || !trust.roots.is_empty())
+            && ui
+                .button("Forget")
+                .on_hover_text("Forget the keys and roots remembered for this folder")
+                .clicked()
+        {
+            tx.send(Command::ForgetSigningFiles);
+        }
+    });
+    for k in &trust.keys {
+        ui.label(
+            RichText::new(format!("key  {}", k.display()))
+                .monospace()
+                .weak(),
+        );
+    }
+    for r in &trust.roots {
+        ui.label(
+            RichText::new(format!("root {}", r.display()))
+                .monospace()
+                .weak(),
+        );
     }
 }

@@ -89,6 +89,7 @@ impl App {
             theme: self.theme,
         };
         eframe::set_value(storage, PREFS_KEY, &prefs);
+        self.signing.save_to(storage);
     }
 
     /// Reads what [`App::save_to`] wrote; missing or unreadable entries
@@ -101,6 +102,7 @@ impl App {
         self.side = prefs.side;
         self.theme = prefs.theme;
         self.theme_applied = None;
+        self.signing = super::signing::SigningTrust::restore(storage);
     }
 }
 

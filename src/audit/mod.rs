@@ -6,6 +6,7 @@ mod pass;
 mod provenance;
 mod ranges;
 pub mod scan;
+mod signature;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -92,6 +93,9 @@ pub enum Event {
     /// What the audit measured of a calibrated GPTQ-Q4 overlay's
     /// provenance (once, after the pass; only for that format).
     Provenance(Box<crate::format::gptq::ProvenanceReport>),
+    /// What the OMS signature check found (once, after the pass; only
+    /// for a signed bundle).
+    Signature(Box<crate::signing::SignatureReport>),
     /// The audit ended.
     Finished(Result<Outcome, Failure>),
 }
@@ -145,6 +149,12 @@ pub struct Options {
     /// Expected SHA-256 of payload files by name (`audit --expect FILE=HEX`),
     /// for files whose format carries no checksum of its own (GGUF).
     pub expect: Vec<(String, String)>,
+    /// The OMS signature file (`--signature`; default: `model.sig` in the folder).
+    pub signature: Option<PathBuf>,
+    /// Keys and roots to verify it with (`--key`, `--cert-root`, `--trusted-root`).
+    pub trust: crate::signing::TrustPaths,
+    /// Accept files in the folder the signature does not cover.
+    pub ignore_unsigned: bool,
 }
 
 /// Where events go. Must be cheap: it is called from the pass.
@@ -231,9 +241,27 @@ pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
         }
         sink(e);
     };
-    if let Err(f) = audit_bundle(&bundle, options, cancel, &emit) {
+    let signed = signature::start(&bundle, options, &emit);
+    // The pass's SHA-256 of each payload file, for the signed manifest.
+    let hashed = std::sync::Mutex::new(std::collections::HashMap::new());
+    let gather = |e: Event| {
+        if signed.is_some()
+            && let Event::FileHashed { file, sha256, .. } = &e
+            && let Ok(mut h) = hashed.lock()
+        {
+            h.insert(*file, sha256.clone());
+        }
+        emit(e);
+    };
+    if let Err(f) = audit_bundle(&bundle, options, cancel, &gather) {
         sink(Event::Finished(Err(f)));
         return;
+    }
+    if let Some(p) = signed
+        && !cancel.is_cancelled()
+    {
+        let hashed = hashed.into_inner().unwrap_or_default();
+        signature::finish(p, &bundle, &hashed, options, cancel, &emit);
     }
     if cancel.is_cancelled() {
         sink(Event::Finished(Err(Failure::Cancelled)));

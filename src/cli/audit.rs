@@ -33,6 +33,23 @@ pub struct Args {
     /// a GGUF file carries none of its own).
     #[arg(long, value_name = "FILE=HEX", value_parser = parse_expect)]
     pub expect: Vec<(String, String)>,
+    /// The OMS signature to verify (default: model.sig in the folder).
+    #[arg(long, value_name = "FILE")]
+    pub signature: Option<PathBuf>,
+    /// Public key (PEM) of an OMS key-method signature.
+    #[arg(long, value_name = "PUB.pem")]
+    pub key: Vec<PathBuf>,
+    /// Root certificate(s) (PEM) of an OMS certificate-method signature
+    /// (repeatable).
+    #[arg(long, value_name = "ROOT.pem")]
+    pub cert_root: Vec<PathBuf>,
+    /// Sigstore trusted_root.json: the Fulcio roots a Sigstore-method
+    /// certificate chain is checked against.
+    #[arg(long, value_name = "FILE")]
+    pub trusted_root: Option<PathBuf>,
+    /// Accept files in the folder that the signature does not cover.
+    #[arg(long)]
+    pub ignore_unsigned: bool,
 }
 
 /// `FILE=HEX`: a file name and 64 hex digits.
@@ -55,6 +72,13 @@ pub fn run(a: Args) -> Result<i32> {
             range_hashes: a.range_hashes,
             parent: a.parent.clone(),
             expect: a.expect.clone(),
+            signature: a.signature.clone(),
+            trust: bundlescope::signing::TrustPaths {
+                keys: a.key.clone(),
+                roots: a.cert_root.clone(),
+                trusted_root: a.trusted_root.clone(),
+            },
+            ignore_unsigned: a.ignore_unsigned,
             ..audit::Options::default()
         },
         None,
@@ -143,6 +167,13 @@ fn print_summary(r: &Report) {
         r.verdict.to_uppercase(),
         r.duration_s.unwrap_or(0.0)
     );
+    match &r.signature {
+        Some(s) => println!("signature: {}", s.headline()),
+        None => println!(
+            "signature: unsigned (no {})",
+            bundlescope::signing::SIGNATURE_FILE
+        ),
+    }
     if !r.findings.is_empty() {
         println!("\nfindings:");
         for f in &r.findings {

@@ -167,6 +167,18 @@ checks! {
     MLXLM_SCALES = "mlxlm.scales": "affine scales and biases are finite; E8M0 scales are not NaN (0xFF); E4M3 scales are not NaN and not negative";
     MLXLM_CODES = "mlxlm.codes": "no mxfp8 weight byte is an E4M3 NaN (0x7F or 0xFF)";
     CHECKSUMS_FILE = "checksums.file": "a SHA256SUMS or *.sha256 file in the folder, and every audit --expect, gives 64 hex digits for a payload file that exists";
+    OMS_BUNDLE = "oms.bundle": "a signature file (model.sig or --signature) is a Sigstore bundle v0.1 to v0.3 with its required fields, within the size limits";
+    OMS_ENVELOPE = "oms.envelope": "the bundle's DSSE envelope carries an in-toto payload and a signature, both valid base64";
+    OMS_SIGNATURE = "oms.signature": "the DSSE signature over the payload bytes as received (PAE) verifies with the signer's key";
+    OMS_KEY = "oms.key": "key method: a --key is given, readable, on P-256/P-384/P-521, and is the key the bundle names (hint or raw bytes)";
+    OMS_CERTIFICATE = "oms.certificate": "certificate method: the chain in the bundle leads to a --cert-root, every certificate valid at signing time, issuers are CAs, the leaf may sign";
+    OMS_SIGSTORE = "oms.sigstore": "sigstore method: the chain is checked only against --trusted-root, and the transparency-log entry is never checked; both are said";
+    OMS_STATEMENT = "oms.statement": "the signed payload is an in-toto Statement v1 with predicate model_signing signature v1.0 (or the pre-1.0 Digests v0.1) and its required fields";
+    OMS_MANIFEST = "oms.manifest": "the serialization (files or shards, hash type) is known, resources are unique and well-formed, and their digests hash to the subject's digest";
+    OMS_PATH = "oms.path": "every signed path stays inside the model folder; no symbolic link unless allowed, no special file";
+    OMS_DIGEST = "oms.digest": "every signed file or shard has the digest the signature gives";
+    OMS_MISSING = "oms.missing": "every signed file (and shard range) exists in the folder";
+    OMS_UNSIGNED = "oms.unsigned": "every file in the folder (minus ignore_paths) is signed, unless --ignore-unsigned";
 }
 
 checks! {

@@ -156,6 +156,10 @@ pub struct Chain {
     /// [`crate::format::gptq::READING`] for a calibrated overlay: the chain's
     /// parent link follows bundlescope's documented reading.
     pub reading: Option<String>,
+    /// The OMS signature's headline ("signed by …, 14 files, all digests
+    /// match", or what failed); `Some("unsigned")` for an audited bundle
+    /// without one; None while unknown.
+    pub signature: Option<String>,
     /// The nodes, source first.
     pub nodes: Vec<Node>,
     /// `links[i]` joins `nodes[i]` and `nodes[i + 1]`.
@@ -179,10 +183,19 @@ pub struct Inputs<'a> {
     pub finished: bool,
 }
 
+/// The line a provenance view leads with: the signature's headline, or
+/// "unsigned".
+pub fn signature_headline(sig: Option<&crate::signing::SignatureReport>) -> String {
+    sig.map_or_else(
+        || format!("unsigned (no {})", crate::signing::SIGNATURE_FILE),
+        |s| s.headline(),
+    )
+}
+
 impl Chain {
     /// The chain of a finished report.
     pub fn of_report(r: &Report, compared: Option<&Compared>) -> Chain {
-        Chain::build(
+        let mut chain = Chain::build(
             &Inputs {
                 path: &r.bundle.path,
                 format: r.bundle.format.as_deref().unwrap_or("?"),
@@ -192,7 +205,9 @@ impl Chain {
                 finished: matches!(r.verdict, "valid" | "invalid"),
             },
             compared,
-        )
+        );
+        chain.signature = Some(signature_headline(r.signature.as_ref()));
+        chain
     }
 
     /// Builds the chain.
@@ -516,6 +531,7 @@ impl Chain {
         }
         Chain {
             reading: declared.map(|_| crate::format::gptq::READING.to_string()),
+            signature: None,
             nodes,
             links,
         }
@@ -525,6 +541,9 @@ impl Chain {
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
         let mut s = String::new();
+        if let Some(sig) = &self.signature {
+            let _ = writeln!(s, "signature: {sig}");
+        }
         if let Some(r) = &self.reading {
             let _ = writeln!(s, "({r})");
         }

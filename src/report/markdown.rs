@@ -324,6 +324,8 @@ pub fn audit_markdown(r: &Report) -> String {
         text(r.tool.version),
     );
 
+    signature_md(r, &mut out);
+
     out.push_str("## Verdict\n\n");
     let count = |s: Severity| r.findings.iter().filter(|f| f.severity == s).count();
     let _ = writeln!(
@@ -428,6 +430,65 @@ fn tensors_md(r: &Report, out: &mut String) {
         ]);
     }
     t.render(out);
+}
+
+/// The signature section a review leads with.
+fn signature_md(r: &Report, out: &mut String) {
+    out.push_str("## Signature\n\n");
+    let head = crate::report::lineage::signature_headline(r.signature.as_ref());
+    let _ = writeln!(out, "**{}**\n", text(&head));
+    let Some(s) = &r.signature else { return };
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(out, "- {k}: {v}");
+    };
+    row(
+        "method",
+        s.method
+            .map_or("unreadable".into(), |m| m.name().to_string()),
+    );
+    row(
+        "verified",
+        if s.verified {
+            "yes".into()
+        } else {
+            "**no**".into()
+        },
+    );
+    if let Some(v) = &s.key_fingerprint {
+        row("key fingerprint", code(v));
+    }
+    if let Some(v) = &s.key_hint {
+        row("key hint in the bundle", code(v));
+    }
+    if let Some(v) = &s.certificate_subject {
+        row("certificate subject", text(v));
+    }
+    if let Some([from, to]) = &s.certificate_validity {
+        row(
+            "certificate valid",
+            format!("{} to {}", text(from), text(to)),
+        );
+    }
+    if let Some(v) = &s.identity {
+        row("identity", text(v));
+    }
+    if let Some(v) = &s.issuer {
+        row("issuer", text(v));
+    }
+    if let Some(v) = &s.serialization {
+        row("serialization", text(v));
+    }
+    row(
+        "resources",
+        format!("{} signed, {} files checked", s.resources, s.files_checked),
+    );
+    if !s.unsigned_files.is_empty() {
+        row("unsigned files", text(&s.unsigned_files.join(", ")));
+    }
+    for n in &s.not_verified {
+        row("not verified", text(n));
+    }
+    out.push('\n');
 }
 
 #[cfg(test)]

@@ -180,6 +180,8 @@ pub struct Report {
     pub totals: Totals,
     /// Provenance facts from the manifest.
     pub provenance: Provenance,
+    /// The OMS signature: null when the bundle is unsigned.
+    pub signature: Option<crate::signing::SignatureReport>,
     /// Wall time of the audit.
     pub duration_s: Option<f64>,
 }
@@ -204,6 +206,8 @@ pub struct ReportBuilder {
     pub range_hashes: Vec<Option<String>>,
     /// What the audit measured of a calibrated GPTQ-Q4 overlay's provenance.
     pub gptq: Option<Box<crate::format::gptq::ProvenanceReport>>,
+    /// What the OMS signature check found (None: unsigned).
+    pub signature: Option<crate::signing::SignatureReport>,
     /// Set when finished.
     pub outcome: Option<Result<Outcome, Failure>>,
     /// MLX-LM modules: for a quantized weight or its scales, its module
@@ -276,6 +280,7 @@ impl ReportBuilder {
                 }
             }
             Event::Provenance(p) => self.gptq = Some(p.clone()),
+            Event::Signature(s) => self.signature = Some((**s).clone()),
             Event::Finished(r) => self.outcome = Some(r.clone()),
         }
     }
@@ -329,6 +334,7 @@ impl ReportBuilder {
                 gptq: self.gptq.clone(),
                 ..b.provenance.clone()
             },
+            signature: self.signature.clone(),
             duration_s: match &self.outcome {
                 Some(Ok(o)) => Some(o.duration.as_secs_f64()),
                 _ => None,
@@ -365,6 +371,7 @@ pub fn failure_report(path: &str, error: &OpenError) -> Report {
         files: Vec::new(),
         totals: Totals::default(),
         provenance: Provenance::default(),
+        signature: None,
         duration_s: None,
     }
 }

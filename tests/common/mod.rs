@@ -9,6 +9,7 @@ pub mod gptq;
 pub mod harness;
 pub mod mlxlm;
 pub mod nvfp4;
+pub mod oms;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,0 +1,225 @@
+//! The three OMS signing methods: a bare key, a certificate chain to a
+//! private root, and Sigstore. Each verifies the DSSE signature with its key
+//! and says exactly what it could not verify.
+
+use super::bundle::SigBundle;
+use super::crypto::{self, Cert, PublicKey};
+use super::{Checked, SigningMethod, Trust};
+use crate::finding::{Finding, checks};
+
+pub(super) fn key_method(
+    c: &mut Checked,
+    _b: &SigBundle,
+    hint: Option<&str>,
+    raw: Option<&[u8]>,
+    trust: &Trust,
+    verify_with: &dyn Fn(&PublicKey) -> Option<bool>,
+    pre: &mut bool,
+) -> bool {
+    if trust.keys.is_empty() {
+        c.findings.push(
+            Finding::warning(
+                checks::OMS_KEY,
+                format!(
+                    "signature not checked: no key given (the bundle's key hint is {}); pass --key PUB.pem",
+                    hint.unwrap_or("absent")
+                ),
+            )
+            .field("verificationMaterial.publicKey"),
+        );
+        c.report
+            .not_verified
+            .push("signature not checked: no key given".into());
+        return false;
+    }
+    // The given key the bundle names (by hint or raw key), else the first.
+    let named = trust.keys.iter().find(|(_, k)| {
+        hint.is_some_and(|h| h.eq_ignore_ascii_case(&k.fingerprint()))
+            || raw.is_some_and(|r| r == k.spki_der().as_slice())
+    });
+    let (file, key) = named.unwrap_or(&trust.keys[0]);
+    c.report.key_fingerprint = Some(key.fingerprint());
+    if named.is_none() && (hint.is_some() || raw.is_some()) {
+        c.findings.push(
+            Finding::error(
+                checks::OMS_KEY,
+                format!(
+                    "the bundle names key {} but --key {file} is {} ({}); the signature was made with another key",
+                    hint.map(str::to_string)
+                        .or_else(|| raw.map(crate::format::sha256_hex))
+                        .unwrap_or_default(),
+                    key.fingerprint(),
+                    key.curve()
+                ),
+            )
+            .field("verificationMaterial.publicKey.hint"),
+        );
+        c.report.signature_valid = Some(false);
+        c.report
+            .not_verified
+            .push("the given key is not the signer's".into());
+        return false;
+    }
+    match verify_with(key) {
+        Some(old) => {
+            *pre = old;
+            c.report.signature_valid = Some(true);
+            true
+        }
+        None => {
+            c.findings.push(
+                Finding::error(
+                    checks::OMS_SIGNATURE,
+                    format!("the DSSE signature does not verify with --key {file} ({}): the statement or the signature was changed", key.curve()),
+                )
+                .field("dsseEnvelope.signatures[0].sig"),
+            );
+            c.report.signature_valid = Some(false);
+            false
+        }
+    }
+}
+
+pub(super) fn cert_method(
+    c: &mut Checked,
+    b: &SigBundle,
+    chain: &[Cert],
+    trust: &Trust,
+    verify_with: &dyn Fn(&PublicKey) -> Option<bool>,
+    pre: &mut bool,
+) -> bool {
+    let leaf = &chain[0];
+    let fulcio = leaf.oidc_issuer();
+    let sigstore = !b.tlog.is_empty() || fulcio.is_some();
+    let (nb, na) = leaf.validity();
+    c.report.certificate_validity = Some([crypto::date(nb), crypto::date(na)]);
+    if sigstore {
+        c.report.method = Some(SigningMethod::Sigstore);
+        c.report.identity = leaf
+            .identities()
+            .into_iter()
+            .next()
+            .or_else(|| Some(leaf.subject()));
+        c.report.issuer = fulcio;
+    } else {
+        c.report.method = Some(SigningMethod::Certificate);
+        c.report.certificate_subject = Some(leaf.subject());
+        c.report.issuer = Some(leaf.issuer_name());
+    }
+    // The signature with the leaf's key.
+    let key = match leaf.public_key() {
+        Ok(k) => k,
+        Err(e) => {
+            c.findings.push(
+                Finding::error(
+                    checks::OMS_CERTIFICATE,
+                    format!("the signing certificate's key: {e}"),
+                )
+                .field("verificationMaterial.certificates[0]"),
+            );
+            c.report
+                .not_verified
+                .push("the signing certificate's key is unusable".into());
+            return false;
+        }
+    };
+    let sig_ok = match verify_with(&key) {
+        Some(old) => {
+            *pre = old;
+            true
+        }
+        None => {
+            c.findings.push(
+                Finding::error(
+                    checks::OMS_SIGNATURE,
+                    format!(
+                        "the DSSE signature does not verify with the key of \"{}\": the statement or the signature was changed",
+                        leaf.subject()
+                    ),
+                )
+                .field("dsseEnvelope.signatures[0].sig"),
+            );
+            false
+        }
+    };
+    c.report.signature_valid = Some(sig_ok);
+    if !leaf.can_sign() {
+        c.findings.push(
+            Finding::error(
+                checks::OMS_CERTIFICATE,
+                format!("\"{}\" may not sign: neither digitalSignature key usage nor the code-signing extended key usage", leaf.subject()),
+            )
+            .field("verificationMaterial.certificates[0]"),
+        );
+        return false;
+    }
+    let roots: Option<&[Cert]> = if sigstore {
+        trust.sigstore_roots.as_deref()
+    } else if trust.roots.is_empty() {
+        None
+    } else {
+        Some(&trust.roots)
+    };
+    // The chain is checked at the signing time as the certificate gives it
+    // (its notBefore), as the reference verifier does.
+    let chain_ok = match roots {
+        None => {
+            let (what, flag) = if sigstore {
+                (
+                    "the certificate chain up to the Sigstore (Fulcio) root",
+                    "--trusted-root trusted_root.json",
+                )
+            } else {
+                ("the certificate chain", "--cert-root ROOT.pem")
+            };
+            c.findings.push(
+                Finding::warning(
+                    if sigstore {
+                        checks::OMS_SIGSTORE
+                    } else {
+                        checks::OMS_CERTIFICATE
+                    },
+                    format!("{what} was not verified: no root given ({flag})"),
+                )
+                .field("verificationMaterial"),
+            );
+            c.report
+                .not_verified
+                .push(format!("{what} (no root given)"));
+            false
+        }
+        Some(roots) => match crypto::verify_chain(chain, roots, nb) {
+            Ok(root) => {
+                if !sigstore {
+                    c.report.issuer = Some(root);
+                }
+                true
+            }
+            Err(e) => {
+                c.findings.push(
+                    Finding::error(
+                        checks::OMS_CERTIFICATE,
+                        format!("the certificate chain does not verify: {e}"),
+                    )
+                    .field("verificationMaterial.certificates"),
+                );
+                c.report.not_verified.push("the certificate chain".into());
+                false
+            }
+        },
+    };
+    if sigstore {
+        // The transparency log is never checked here: say so, every time.
+        let what = format!(
+            "the transparency-log entry ({} in the bundle: inclusion proof and signed entry timestamp), and so the signing time",
+            b.tlog.len()
+        );
+        c.findings.push(
+            Finding::warning(checks::OMS_SIGSTORE, format!("not verified: {what}; bundlescope checks the Sigstore chain only against --trusted-root and never contacts the log"))
+                .field("verificationMaterial.tlogEntries"),
+        );
+        c.report.not_verified.push(what);
+        return false;
+    }
+    sig_ok && chain_ok
+}

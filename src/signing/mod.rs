@@ -1,0 +1,477 @@
+//! Signed provenance: OpenSSF Model Signing (OMS v1.0) signatures. A
+//! detached `model.sig` is a Sigstore bundle whose DSSE envelope signs an
+//! in-toto statement listing every file's (or shard's) digest. This layer
+//! parses and verifies it ([`check_signature`]) and compares the signed
+//! manifest with the folder ([`folder::compare`]); the audit runs both in
+//! its pass and reuses its own SHA-256 of the payload files.
+
+pub mod bundle;
+pub mod crypto;
+pub mod folder;
+mod methods;
+pub mod statement;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::finding::{Finding, Severity, checks};
+use bundle::Material;
+use crypto::{Cert, PublicKey};
+use statement::Statement;
+
+/// The signature file OMS places in the model folder.
+pub const SIGNATURE_FILE: &str = "model.sig";
+
+/// What the user trusts: keys, certificate roots, a Sigstore trusted root.
+#[derive(Debug, Clone, Default)]
+pub struct Trust {
+    /// `--key PUB.pem`: (file, key).
+    pub keys: Vec<(String, PublicKey)>,
+    /// `--cert-root ROOT.pem` (every certificate of every file).
+    pub roots: Vec<Cert>,
+    /// The certificate authorities of `--trusted-root trusted_root.json`.
+    pub sigstore_roots: Option<Vec<Cert>>,
+}
+
+/// Where the keys and roots come from (paths as the user gave them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustPaths {
+    /// `--key`.
+    pub keys: Vec<PathBuf>,
+    /// `--cert-root`.
+    pub roots: Vec<PathBuf>,
+    /// `--trusted-root`.
+    pub trusted_root: Option<PathBuf>,
+}
+
+fn read_small(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let name = path
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let (f, _) = crate::format::payload::open_regular(&name, path)
+        .map_err(|e| crate::format::error_chain(&e))?;
+    let mut bytes = Vec::new();
+    f.take(bundle::MAX_SIGNATURE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > bundle::MAX_SIGNATURE_BYTES {
+        return Err(format!(
+            "over the {}-byte limit",
+            bundle::MAX_SIGNATURE_BYTES
+        ));
+    }
+    Ok(bytes)
+}
+
+impl Trust {
+    /// Reads every key and root; a file that cannot be used is an error
+    /// finding (`oms.key` or `oms.certificate`) naming it.
+    pub fn load(paths: &TrustPaths) -> (Trust, Vec<Finding>) {
+        let mut t = Trust::default();
+        let mut findings = Vec::new();
+        for p in &paths.keys {
+            let shown = p.display().to_string();
+            let key = read_small(p)
+                .and_then(|b| String::from_utf8(b).map_err(|_| "not PEM text".to_string()))
+                .and_then(|s| PublicKey::from_pem(&s));
+            match key {
+                Ok(k) => t.keys.push((shown, k)),
+                Err(e) => findings.push(
+                    Finding::error(checks::OMS_KEY, format!("--key {shown}: {e}")).field(shown),
+                ),
+            }
+        }
+        for p in &paths.roots {
+            let shown = p.display().to_string();
+            let certs = read_small(p)
+                .and_then(|b| String::from_utf8(b).map_err(|_| "not PEM text".to_string()))
+                .map(|s| crypto::pem_blocks(&s, "CERTIFICATE"));
+            match certs {
+                Ok(blocks) if !blocks.is_empty() => {
+                    for b in blocks {
+                        match b.and_then(|der| Cert::from_der(&der)) {
+                            Ok(c) => t.roots.push(c),
+                            Err(e) => findings.push(
+                                Finding::error(
+                                    checks::OMS_CERTIFICATE,
+                                    format!("--cert-root {shown}: {e}"),
+                                )
+                                .field(shown.clone()),
+                            ),
+                        }
+                    }
+                }
+                Ok(_) => findings.push(
+                    Finding::error(
+                        checks::OMS_CERTIFICATE,
+                        format!("--cert-root {shown}: no -----BEGIN CERTIFICATE----- block"),
+                    )
+                    .field(shown),
+                ),
+                Err(e) => findings.push(
+                    Finding::error(checks::OMS_CERTIFICATE, format!("--cert-root {shown}: {e}"))
+                        .field(shown),
+                ),
+            }
+        }
+        if let Some(p) = &paths.trusted_root {
+            let shown = p.display().to_string();
+            match read_small(p).and_then(|b| trusted_root_cas(&b)) {
+                Ok(cas) => t.sigstore_roots = Some(cas),
+                Err(e) => findings.push(
+                    Finding::error(checks::OMS_SIGSTORE, format!("--trusted-root {shown}: {e}"))
+                        .field(shown),
+                ),
+            }
+        }
+        (t, findings)
+    }
+}
+
+/// The certificate authorities of a Sigstore `trusted_root.json`
+/// (`certificateAuthorities[].certChain.certificates[].rawBytes`).
+fn trusted_root_cas(bytes: &[u8]) -> Result<Vec<Cert>, String> {
+    use base64::Engine as _;
+    let v: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let cas = v
+        .get("certificateAuthorities")
+        .and_then(|c| c.as_array())
+        .ok_or("no certificateAuthorities array")?;
+    let mut out = Vec::new();
+    for (i, ca) in cas.iter().enumerate().take(64) {
+        let certs = ca
+            .pointer("/certChain/certificates")
+            .and_then(|c| c.as_array())
+            .ok_or(format!(
+                "certificateAuthorities[{i}].certChain.certificates is missing"
+            ))?;
+        for c in certs.iter().take(16) {
+            let raw = c
+                .get("rawBytes")
+                .and_then(|r| r.as_str())
+                .ok_or("a certificate without rawBytes")?;
+            let der = base64::engine::general_purpose::STANDARD
+                .decode(raw)
+                .map_err(|e| format!("rawBytes is not base64: {e}"))?;
+            out.push(Cert::from_der(&der)?);
+        }
+    }
+    if out.is_empty() {
+        return Err("no certificate authority".into());
+    }
+    Ok(out)
+}
+
+/// Which OMS signing method a bundle uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SigningMethod {
+    /// A bare public key.
+    Key,
+    /// A certificate chain to a private root.
+    Certificate,
+    /// A Sigstore (Fulcio) certificate with a transparency-log entry.
+    Sigstore,
+}
+
+impl SigningMethod {
+    /// Its name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            SigningMethod::Key => "key",
+            SigningMethod::Certificate => "certificate",
+            SigningMethod::Sigstore => "sigstore",
+        }
+    }
+}
+
+/// The `signature` field of the report.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SignatureReport {
+    /// The signature file.
+    pub file: String,
+    /// `key`, `certificate` or `sigstore` (null when the bundle did not parse).
+    pub method: Option<SigningMethod>,
+    /// True only when the signature verified against a key or root the user
+    /// gave AND every signed digest matched AND no file is unsigned.
+    pub verified: bool,
+    /// Whether the DSSE signature itself verified (null: not checked).
+    pub signature_valid: Option<bool>,
+    /// Key method: hex SHA-256 of the verifying key's PEM (the OMS hint).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_fingerprint: Option<String>,
+    /// Key method: the hint the bundle carries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key_hint: Option<String>,
+    /// Certificate method: the leaf's subject.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate_subject: Option<String>,
+    /// Certificate and Sigstore methods: the leaf's validity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificate_validity: Option<[String; 2]>,
+    /// Sigstore method: the signer's identity (SAN e-mail or URI).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
+    /// The certificate's issuer (Sigstore: the OIDC issuer; certificate:
+    /// the root the chain reached, or the leaf's issuer name).
+    pub issuer: Option<String>,
+    /// Sigstore bundle media type.
+    pub media_type: Option<String>,
+    /// The statement's predicate type (the pre-1.0 one is labelled).
+    pub predicate_type: Option<String>,
+    /// `files` or `shards:N`, and the hash type.
+    pub serialization: Option<String>,
+    /// Signed resources.
+    pub resources: usize,
+    /// Files whose every signed digest was recomputed and matched.
+    pub files_checked: usize,
+    /// Files in the folder the signature does not cover.
+    pub unsigned_files: Vec<String>,
+    /// What was NOT verified, in words (empty when everything was).
+    pub not_verified: Vec<String>,
+}
+
+impl SignatureReport {
+    /// One line a person reads first: "signed by …, 14 files, all digests
+    /// match", or what failed.
+    pub fn headline(&self) -> String {
+        let who = self
+            .identity
+            .clone()
+            .or_else(|| self.certificate_subject.clone())
+            .or_else(|| {
+                self.key_fingerprint
+                    .as_ref()
+                    .map(|f| format!("key {}", head(f)))
+            })
+            .or_else(|| {
+                self.key_hint
+                    .as_ref()
+                    .map(|h| format!("key hint {}", head(h)))
+            })
+            .unwrap_or_else(|| "an unknown signer".into());
+        let method = self.method.map_or("unreadable", |m| m.name());
+        if self.verified {
+            format!(
+                "signed by {who} ({method}), {} files, all digests match",
+                self.files_checked
+            )
+        } else if self.signature_valid == Some(false) {
+            format!("signature INVALID ({method}, {who}): the signature does not verify")
+        } else {
+            let what = if self.not_verified.is_empty() {
+                "see the oms.* findings".to_string()
+            } else {
+                self.not_verified.join("; ")
+            };
+            format!("signed ({method}, {who}) but NOT verified: {what}")
+        }
+    }
+}
+
+/// The first 16 characters of a fingerprint or hint (which came from a
+/// file, so may be any text).
+fn head(s: &str) -> String {
+    s.chars().take(16).collect()
+}
+
+/// The outcome of checking the bundle and its envelope (before the folder
+/// is compared).
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The report so far.
+    pub report: SignatureReport,
+    /// The statement, when the payload parsed (whether or not the
+    /// signature verified: its digests are still compared, to say more).
+    pub statement: Option<Statement>,
+    /// Every finding so far.
+    pub findings: Vec<Finding>,
+}
+
+/// Reads and checks the signature file at `path`.
+pub fn check_file(path: &Path, trust: &Trust) -> Checked {
+    match read_small(path) {
+        Ok(bytes) => check_signature(&path.display().to_string(), &bytes, trust),
+        Err(e) => {
+            let mut c = empty(&path.display().to_string());
+            c.findings.push(
+                Finding::error(
+                    checks::OMS_BUNDLE,
+                    format!("the signature file {} cannot be read: {e}", path.display()),
+                )
+                .field(path.display().to_string()),
+            );
+            c.report
+                .not_verified
+                .push("the signature file could not be read".into());
+            c
+        }
+    }
+}
+
+fn empty(file: &str) -> Checked {
+    Checked {
+        report: SignatureReport {
+            file: file.to_string(),
+            method: None,
+            verified: false,
+            signature_valid: None,
+            key_fingerprint: None,
+            key_hint: None,
+            certificate_subject: None,
+            certificate_validity: None,
+            identity: None,
+            issuer: None,
+            media_type: None,
+            predicate_type: None,
+            serialization: None,
+            resources: 0,
+            files_checked: 0,
+            unsigned_files: Vec::new(),
+            not_verified: Vec::new(),
+        },
+        statement: None,
+        findings: Vec::new(),
+    }
+}
+
+/// Parses the bundle, verifies the DSSE signature by the method the bundle
+/// uses against what `trust` holds, and parses the statement.
+pub fn check_signature(file: &str, bytes: &[u8], trust: &Trust) -> Checked {
+    let mut c = empty(file);
+    let b = match bundle::parse(bytes) {
+        Ok(b) => b,
+        Err(f) => {
+            c.findings.push(f);
+            c.report
+                .not_verified
+                .push("the signature bundle could not be read".into());
+            return c;
+        }
+    };
+    c.report.media_type = Some(b.media_type.clone());
+    let pae = bundle::pae(&b.payload_type, &b.payload);
+    if b.signatures.len() > 1 {
+        c.findings.push(
+            Finding::warning(
+                checks::OMS_ENVELOPE,
+                format!("the envelope carries {} signatures; only the first is checked (OMS signs with one)", b.signatures.len()),
+            )
+            .field("dsseEnvelope.signatures"),
+        );
+    }
+    let sig = b.signatures[0].clone();
+    // Verifies with `key`: the 1.0 encoding, then the pre-1.0 one (whose
+    // signer hashed with SHA-256 whatever the curve).
+    let verify_with = |key: &PublicKey| -> Option<bool> {
+        if key.verify(key.hash(), &pae, &sig) {
+            Some(false)
+        } else {
+            let old = bundle::pae_pre_1_0(&b.payload_type, &b.payload);
+            (key.verify(key.hash(), &old, &sig) || key.verify(crypto::Hash::Sha256, &old, &sig))
+                .then_some(true)
+        }
+    };
+    let mut anchored = false;
+    let mut pre_1_0_pae = false;
+    match &b.material {
+        Material::PublicKey { hint, raw } => {
+            c.report.method = Some(SigningMethod::Key);
+            c.report.key_hint = hint.clone();
+            anchored = methods::key_method(
+                &mut c,
+                &b,
+                hint.as_deref(),
+                raw.as_deref(),
+                trust,
+                &verify_with,
+                &mut pre_1_0_pae,
+            );
+        }
+        Material::Certificates(ders) => {
+            let chain: Result<Vec<Cert>, String> = ders.iter().map(|d| Cert::from_der(d)).collect();
+            match chain {
+                Ok(chain) => {
+                    anchored = methods::cert_method(
+                        &mut c,
+                        &b,
+                        &chain,
+                        trust,
+                        &verify_with,
+                        &mut pre_1_0_pae,
+                    );
+                }
+                Err(e) => {
+                    c.report.method = Some(SigningMethod::Certificate);
+                    c.findings.push(
+                        Finding::error(
+                            checks::OMS_CERTIFICATE,
+                            format!("the bundle's certificate: {e}"),
+                        )
+                        .field("verificationMaterial.certificates"),
+                    );
+                    c.report
+                        .not_verified
+                        .push("the signer's certificate could not be read".into());
+                }
+            }
+        }
+    }
+    if pre_1_0_pae {
+        c.findings.push(Finding::info(
+            checks::OMS_ENVELOPE,
+            "the signature is over the pre-1.0 signer's encoding of the envelope (model-signing 0.2), read for compatibility",
+        ));
+    }
+    match statement::parse(&b.payload) {
+        Ok(s) => {
+            c.report.predicate_type = Some(if s.is_pre_1_0() {
+                format!(
+                    "{} (pre-1.0 format, read for compatibility)",
+                    s.predicate_type
+                )
+            } else {
+                s.predicate_type.clone()
+            });
+            c.report.serialization = Some(match s.serialization.method {
+                statement::Method::Files => format!("files, {}", s.serialization.hash_type.name()),
+                statement::Method::Shards { shard_size } => {
+                    format!(
+                        "shards of {shard_size} bytes, {}",
+                        s.serialization.hash_type.name()
+                    )
+                }
+            });
+            c.report.resources = s.resources.len();
+            if s.is_pre_1_0() {
+                c.findings.push(
+                    Finding::info(
+                        checks::OMS_STATEMENT,
+                        format!(
+                            "the statement uses the pre-1.0 predicate {}, read for compatibility",
+                            statement::PREDICATE_V0_1
+                        ),
+                    )
+                    .field("predicateType"),
+                );
+            }
+            c.statement = Some(s);
+        }
+        Err(f) => {
+            c.findings.push(f);
+            c.report
+                .not_verified
+                .push("the signed statement could not be read".into());
+        }
+    }
+    c.report.verified = anchored && c.report.signature_valid == Some(true);
+    c
+}
+
+/// Whether any finding is an error.
+pub fn has_errors(findings: &[Finding]) -> bool {
+    findings.iter().any(|f| f.severity == Severity::Error)
+}

@@ -1,0 +1,339 @@
+//! OMS model-signing fixtures: bundles signed by the real `model-signing`
+//! package (installed project-locally into `.pydeps-oms` by
+//! scripts/install-mlx.sh), through tests/oms/oms.py.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::{cli, python};
+
+/// Runs tests/oms/oms.py with the project's Python and `.pydeps-oms` on its
+/// path. None when model-signing is not installed (the caller skips, or
+/// fails in CI).
+pub fn oms(args: &[&str]) -> Option<std::process::Output> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let deps = std::env::var("BUNDLESCOPE_OMS_DEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join(".pydeps-oms"));
+    if !deps.join("model_signing").is_dir() {
+        return None;
+    }
+    let (py, _) = python();
+    let out = Command::new(py)
+        .arg(root.join("tests/oms/oms.py"))
+        .args(args)
+        .env("PYTHONPATH", &deps)
+        .output()
+        .ok()?;
+    Some(out)
+}
+
+/// Like [`oms`], but the step must succeed.
+pub fn oms_ok(args: &[&str]) {
+    let out = oms(args).expect("model-signing is installed");
+    assert!(
+        out.status.success(),
+        "oms.py {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether model-signing is here (in CI it must be).
+pub fn available() -> bool {
+    super::require_or_skip(
+        "the model-signing package (.pydeps-oms; scripts/install-mlx.sh)",
+        oms(&["--help"]).is_some(),
+    )
+}
+
+/// A signed sample bundle and the material it was signed with.
+pub struct Signed {
+    pub _tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+    /// Verifies it: `--key PUB` or `--cert-root ROOT`.
+    pub trust: Vec<String>,
+    /// The real tool's verify command for it (minus DIR).
+    pub tool_verify: Vec<String>,
+    pub work: PathBuf,
+}
+
+/// How a sample is signed.
+#[derive(Clone, Copy, Debug)]
+pub enum How {
+    Key(&'static str),
+    Shards(&'static str, u64),
+    Certificate,
+}
+
+/// Writes a sample (plus a README.md, so a signed file can be removed
+/// without breaking the bundle) and signs it.
+pub fn signed(how: How) -> Signed {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("model");
+    let work = tmp.path().join("keys");
+    std::fs::create_dir_all(&work).unwrap();
+    let run = cli(&["sample", dir.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    std::fs::write(dir.join("README.md"), "a model card\n").unwrap();
+    let d = dir.to_str().unwrap().to_string();
+    let w = |n: &str| work.join(n).display().to_string();
+    let (trust, tool_verify) = match how {
+        How::Key(curve) | How::Shards(curve, _) => {
+            oms_ok(&["keygen", curve, &w("k.pem"), &w("pub.pem")]);
+            match how {
+                How::Shards(_, size) => oms_ok(&["sign-key", &d, &w("k.pem"), &size.to_string()]),
+                _ => oms_ok(&["sign-key", &d, &w("k.pem")]),
+            }
+            (
+                vec!["--key".to_string(), w("pub.pem")],
+                vec!["verify-key".to_string(), d.clone(), w("pub.pem")],
+            )
+        }
+        How::Certificate => {
+            oms_ok(&["pki", &w("pki")]);
+            let p = |n: &str| work.join("pki").join(n).display().to_string();
+            oms_ok(&[
+                "sign-cert",
+                &d,
+                &p("leaf.key"),
+                &p("leaf.pem"),
+                &p("root.pem"),
+            ]);
+            (
+                vec!["--cert-root".to_string(), p("root.pem")],
+                vec!["verify-cert".to_string(), d.clone(), p("root.pem")],
+            )
+        }
+    };
+    Signed {
+        _tmp: tmp,
+        dir,
+        trust,
+        tool_verify,
+        work,
+    }
+}
+
+impl Signed {
+    /// `audit DIR --json` plus the trust flags and `extra`.
+    pub fn audit(&self, extra: &[&str]) -> (i32, Value) {
+        let mut args = vec!["audit", self.dir.to_str().unwrap(), "--json"];
+        args.extend(self.trust.iter().map(String::as_str));
+        args.extend(extra);
+        let run = cli(&args);
+        (run.code, run.json())
+    }
+
+    /// Whether the real tool accepts the folder as it is now.
+    pub fn tool_accepts(&self) -> bool {
+        let args: Vec<&str> = self.tool_verify.iter().map(String::as_str).collect();
+        let out = oms(&args).expect("model-signing is installed");
+        String::from_utf8_lossy(&out.stdout).trim() == "ok"
+    }
+
+    /// Changes the low mantissa bit of the first BF16 value of the payload
+    /// (still finite, so only a hash can tell) and updates the manifest's
+    /// own `weights_sha256`, so that only the signature can tell.
+    pub fn change_payload_byte(&self) {
+        let w = self.dir.join("weights.bin");
+        let mut b = std::fs::read(&w).unwrap();
+        b[0] ^= 1;
+        std::fs::write(&w, &b).unwrap();
+        let m = self.dir.join("manifest.json");
+        let mut v: Value = serde_json::from_slice(&std::fs::read(&m).unwrap()).unwrap();
+        use sha2::Digest;
+        v["weights_sha256"] = Value::from(
+            sha2::Sha256::digest(&b)
+                .iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<String>(),
+        );
+        std::fs::write(&m, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+    }
+
+    /// Rewrites the signed statement (a resource's digest and the subject
+    /// made consistent again) without re-signing.
+    pub fn edit_statement(&self) {
+        use base64::Engine as _;
+        let sig = self.dir.join("model.sig");
+        let mut b: Value = serde_json::from_slice(&std::fs::read(&sig).unwrap()).unwrap();
+        let e = base64::engine::general_purpose::STANDARD;
+        let payload = e
+            .decode(b["dsseEnvelope"]["payload"].as_str().unwrap())
+            .unwrap();
+        let text = String::from_utf8(payload)
+            .unwrap()
+            .replace("\"model\"", "\"model-renamed\"");
+        b["dsseEnvelope"]["payload"] = Value::from(e.encode(text.as_bytes()));
+        std::fs::write(&sig, serde_json::to_vec(&b).unwrap()).unwrap();
+    }
+}
+
+impl Signed {
+    /// Edits the signed statement with `edit`, then signs it again with
+    /// the P-256 key the sample was signed with (RustCrypto's signer, an
+    /// implementation independent of the tool's), so that only the
+    /// statement's content is wrong.
+    pub fn resign(&self, edit: impl FnOnce(&mut Value)) {
+        use base64::Engine as _;
+        use p256::ecdsa::signature::Signer as _;
+        use p256::pkcs8::DecodePrivateKey;
+        let e = base64::engine::general_purpose::STANDARD;
+        let sig = self.dir.join("model.sig");
+        let mut b: Value = serde_json::from_slice(&std::fs::read(&sig).unwrap()).unwrap();
+        let payload = e
+            .decode(b["dsseEnvelope"]["payload"].as_str().unwrap())
+            .unwrap();
+        let mut st: Value = serde_json::from_slice(&payload).unwrap();
+        edit(&mut st);
+        let payload = serde_json::to_vec(&st).unwrap();
+        let ty = "application/vnd.in-toto+json";
+        let mut pae = format!("DSSEv1 {} {ty} {} ", ty.len(), payload.len()).into_bytes();
+        pae.extend_from_slice(&payload);
+        let pem = std::fs::read_to_string(self.work.join("k.pem")).unwrap();
+        let key = p256::ecdsa::SigningKey::from_pkcs8_pem(&pem).expect("a P-256 sample");
+        let s: p256::ecdsa::Signature = key.sign(&pae);
+        b["dsseEnvelope"]["payload"] = Value::from(e.encode(&payload));
+        b["dsseEnvelope"]["signatures"][0]["sig"] = Value::from(e.encode(s.to_der().as_bytes()));
+        std::fs::write(&sig, serde_json::to_vec(&b).unwrap()).unwrap();
+    }
+}
+
+/// A corruption of a signed bundle that must raise `check` with
+/// `severity`, and no other error check.
+pub struct OmsCase {
+    pub check: &'static str,
+    pub severity: &'static str,
+    pub how: How,
+    /// Changes the signed bundle; may return extra audit arguments that
+    /// replace the trust flags.
+    pub make: fn(&Signed) -> Option<Vec<String>>,
+}
+
+/// One case per `oms.*` check.
+pub fn cases() -> Vec<OmsCase> {
+    fn err(check: &'static str, how: How, make: fn(&Signed) -> Option<Vec<String>>) -> OmsCase {
+        OmsCase {
+            check,
+            severity: "error",
+            how,
+            make,
+        }
+    }
+    let key = How::Key("p256");
+    vec![
+        err("oms.bundle", key, |s| {
+            std::fs::write(s.dir.join("model.sig"), "{\"mediaType\": 3}").unwrap();
+            None
+        }),
+        err("oms.envelope", key, |s| {
+            let p = s.dir.join("model.sig");
+            let mut b: Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+            b["dsseEnvelope"]["payloadType"] = Value::from("text/plain");
+            std::fs::write(&p, serde_json::to_vec(&b).unwrap()).unwrap();
+            None
+        }),
+        err("oms.signature", key, |s| {
+            s.edit_statement();
+            None
+        }),
+        err("oms.key", key, |s| {
+            let other = s.work.join("other.pem");
+            oms_ok(&[
+                "keygen",
+                "p256",
+                s.work.join("o.pem").to_str().unwrap(),
+                other.to_str().unwrap(),
+            ]);
+            Some(vec!["--key".into(), other.display().to_string()])
+        }),
+        err("oms.certificate", How::Certificate, |s| {
+            Some(vec![
+                "--cert-root".into(),
+                s.work.join("pki/other_root.pem").display().to_string(),
+            ])
+        }),
+        OmsCase {
+            check: "oms.sigstore",
+            severity: "warning",
+            how: key,
+            make: |s| {
+                let out = s.work.join("sg");
+                oms_ok(&[
+                    "sigstore-like",
+                    s.dir.to_str().unwrap(),
+                    out.to_str().unwrap(),
+                ]);
+                Some(Vec::new())
+            },
+        },
+        err("oms.statement", key, |s| {
+            s.resign(|st| st["predicateType"] = Value::from("https://example.com/other/v9"));
+            None
+        }),
+        err("oms.manifest", key, |s| {
+            s.resign(|st| st["subject"][0]["digest"]["sha256"] = Value::from("00".repeat(32)));
+            None
+        }),
+        err("oms.path", key, |s| {
+            s.resign(|st| st["predicate"]["resources"][0]["name"] = Value::from("../outside.json"));
+            None
+        }),
+        err("oms.digest", key, |s| {
+            s.change_payload_byte();
+            None
+        }),
+        err("oms.missing", key, |s| {
+            std::fs::remove_file(s.dir.join("README.md")).unwrap();
+            None
+        }),
+        err("oms.unsigned", key, |s| {
+            std::fs::write(s.dir.join("extra.bin"), [0u8; 8]).unwrap();
+            None
+        }),
+    ]
+}
+
+/// Runs one case: exactly its own error (or its warning and no error).
+pub fn assert_case(case: &OmsCase) {
+    let s = signed(case.how);
+    let extra = (case.make)(&s);
+    let mut args = vec![
+        "audit".to_string(),
+        s.dir.display().to_string(),
+        "--json".into(),
+    ];
+    match extra {
+        Some(e) => args.extend(e),
+        None => args.extend(s.trust.iter().cloned()),
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = cli(&args);
+    let report = run.json();
+    let mut errs = super::error_checks(&report);
+    errs.dedup();
+    let want: Vec<&str> = if case.severity == "error" {
+        vec![case.check]
+    } else {
+        vec![]
+    };
+    assert_eq!(errs, want, "{}: {report:#}", case.check);
+    assert_eq!(
+        run.code,
+        if want.is_empty() { 0 } else { 1 },
+        "{}",
+        case.check
+    );
+    let hits = super::findings_of(&report, case.check);
+    assert!(
+        hits.iter().any(|f| f["severity"] == case.severity
+            && f["message"].as_str().is_some_and(|m| m.len() > 20)),
+        "{}: no {} finding: {report:#}",
+        case.check,
+        case.severity
+    );
+    assert_eq!(report["signature"]["verified"], false, "{}", case.check);
+}

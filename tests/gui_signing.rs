@@ -1,0 +1,81 @@
+//! The Summary tab leads with the OMS signature: a signed bundle verified
+//! with the key picked for its folder says "signed by …", a tampered one
+//! says what failed; the key is remembered for the folder.
+#![cfg(feature = "gui")]
+
+mod common;
+
+use bundlescope::app::Command;
+use bundlescope::app::signing::TrustFile;
+use common::harness::*;
+use common::oms::{self, How};
+
+/// The vertical position of the first node whose label contains `text`.
+fn top_of(g: &Gui, text: &str) -> f32 {
+    use egui_kittest::kittest::Queryable;
+    g.harness
+        .query_all_by_label_contains(text)
+        .next()
+        .unwrap_or_else(|| panic!("nothing labelled {text:?}"))
+        .rect()
+        .min
+        .y
+}
+
+#[test]
+fn summary_leads_with_the_signature_and_shows_a_tampered_one_failing() {
+    if !oms::available() {
+        return;
+    }
+    let s = oms::signed(How::Key("p256"));
+    let mut g = gui();
+    g.open(&s.dir);
+    // No key yet: a warning, never "verified".
+    assert!(g.shows("Signature: signed (key"), "no signature line");
+    assert!(g.shows("signature not checked: no key given"));
+    assert!(!g.shows("all digests match"));
+
+    // The key picked for this folder: audited again, verified.
+    g.send(Command::SetSigningFile(
+        TrustFile::Key,
+        s.work.join("pub.pem"),
+    ));
+    g.harness.step();
+    g.finish();
+    assert!(g.shows("3 files, all digests match"), "not verified");
+    assert!(g.shows("Verify with"));
+    // At the top of the Summary: above the format row.
+    assert!(top_of(&g, "Signature: signed by") < top_of(&g, "source revision"));
+
+    // The Lineage view leads with the same line.
+    {
+        use egui::accesskit::Role;
+        use egui_kittest::kittest::Queryable;
+        g.harness
+            .get_by_role_and_label(Role::Button, "Lineage")
+            .click();
+        g.harness.run_steps(3);
+    }
+    assert_eq!(g.state().central(), bundlescope::app::CentralTab::Lineage);
+    {
+        use egui_kittest::kittest::Queryable;
+        // One line in the Summary side panel, one atop the Lineage view.
+        let lines = g
+            .harness
+            .query_all_by_label_contains("Signature: signed by key")
+            .count();
+        assert_eq!(lines, 2, "no signature line in Lineage");
+    }
+
+    // Tampered: the same folder (the key is remembered), a changed byte.
+    s.change_payload_byte();
+    g.open(&s.dir);
+    assert!(g.shows("Signature: signed (key"), "no failure line");
+    assert!(g.shows("NOT verified"));
+    assert!(!g.shows("all digests match"));
+    assert!(
+        g.verdict().to_lowercase().contains("invalid"),
+        "{}",
+        g.verdict()
+    );
+}

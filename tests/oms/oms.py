@@ -1,0 +1,194 @@
+"""Test helper: signs and verifies bundles with the real `model-signing`
+package (OpenSSF Model Signing), and makes the keys and certificates the
+tests need with `cryptography` (which model-signing brings).
+
+    oms.py keygen CURVE PRIV PUB            CURVE: p256 | p384 | p521
+    oms.py sign-key DIR PRIV [SHARD_SIZE]   writes DIR/model.sig (files, or shards)
+    oms.py pki OUT                          OUT/{root,leaf,other_root}.pem, leaf.key
+    oms.py sign-cert DIR KEY CERT [CHAIN..] writes DIR/model.sig (certificate method)
+    oms.py sigstore-like DIR OUT            a Fulcio-shaped leaf (SAN e-mail, OIDC
+                                            issuer extension) and a log entry;
+                                            OUT/fulcio_root.pem, OUT/trusted_root.json
+    oms.py verify-key DIR PUB               prints ok / the tool's error; exit 0 / 1
+    oms.py verify-cert DIR ROOT..           same, certificate method
+"""
+
+import base64
+import datetime
+import json
+import pathlib
+import sys
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
+
+import model_signing
+
+CURVES = {"p256": ec.SECP256R1, "p384": ec.SECP384R1, "p521": ec.SECP521R1}
+
+
+def write_key(key, priv, pub):
+    pathlib.Path(priv).write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    if pub:
+        pathlib.Path(pub).write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM,
+                serialization.PublicFormat.SubjectPublicKeyInfo,
+            )
+        )
+
+
+def hashing(shard_size=None):
+    h = model_signing.hashing.Config().set_ignored_paths(paths=["model.sig"])
+    if shard_size:
+        h.use_shard_serialization(shard_size=int(shard_size))
+    return h
+
+
+def cert(subject, key, issuer, issuer_key, ca, extra=()):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=not ca,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=ca,
+                crl_sign=ca,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+    )
+    for ext, critical in extra:
+        b = b.add_extension(ext, critical=critical)
+    return b.sign(issuer_key, hashes.SHA256())
+
+
+def pem(c):
+    return c.public_bytes(serialization.Encoding.PEM)
+
+
+def main(argv):
+    cmd = argv[0]
+    if cmd == "keygen":
+        write_key(ec.generate_private_key(CURVES[argv[1]]()), argv[2], argv[3])
+    elif cmd == "sign-key":
+        d = pathlib.Path(argv[1])
+        cfg = model_signing.signing.Config().use_elliptic_key_signer(private_key=argv[2])
+        cfg.set_hashing_config(hashing(argv[3] if len(argv) > 3 else None))
+        cfg.sign(d, d / "model.sig")
+    elif cmd == "pki":
+        out = pathlib.Path(argv[1])
+        out.mkdir(parents=True, exist_ok=True)
+        root_key = ec.generate_private_key(ec.SECP384R1())
+        root = cert("bundlescope test root", root_key, "bundlescope test root", root_key, True)
+        leaf_key = ec.generate_private_key(ec.SECP256R1())
+        leaf = cert(
+            "bundlescope test signer",
+            leaf_key,
+            "bundlescope test root",
+            root_key,
+            False,
+            [(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), False)],
+        )
+        other_key = ec.generate_private_key(ec.SECP256R1())
+        other = cert("another root", other_key, "another root", other_key, True)
+        (out / "root.pem").write_bytes(pem(root))
+        (out / "leaf.pem").write_bytes(pem(leaf))
+        (out / "other_root.pem").write_bytes(pem(other))
+        write_key(leaf_key, out / "leaf.key", None)
+    elif cmd == "sign-cert":
+        d = pathlib.Path(argv[1])
+        cfg = model_signing.signing.Config().use_certificate_signer(
+            private_key=argv[2], signing_certificate=argv[3], certificate_chain=argv[4:]
+        )
+        cfg.set_hashing_config(hashing())
+        cfg.sign(d, d / "model.sig")
+    elif cmd == "sigstore-like":
+        d, out = pathlib.Path(argv[1]), pathlib.Path(argv[2])
+        out.mkdir(parents=True, exist_ok=True)
+        root_key = ec.generate_private_key(ec.SECP384R1())
+        root = cert("sigstore-like root", root_key, "sigstore-like root", root_key, True)
+        leaf_key = ec.generate_private_key(ec.SECP256R1())
+        issuer = "https://accounts.example.com"
+        # The OIDC issuer extension (v2) holds a DER UTF8String.
+        raw = issuer.encode()
+        der = b"\x0c" + bytes([len(raw)]) + raw
+        leaf = cert(
+            "sigstore",
+            leaf_key,
+            "sigstore-like root",
+            root_key,
+            False,
+            [
+                (x509.SubjectAlternativeName([x509.RFC822Name("signer@example.com")]), True),
+                (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), False),
+                (x509.UnrecognizedExtension(ObjectIdentifier("1.3.6.1.4.1.57264.1.8"), der), False),
+            ],
+        )
+        write_key(leaf_key, out / "leaf.key", None)
+        (out / "leaf.pem").write_bytes(pem(leaf))
+        (out / "fulcio_root.pem").write_bytes(pem(root))
+        cfg = model_signing.signing.Config().use_certificate_signer(
+            private_key=out / "leaf.key", signing_certificate=out / "leaf.pem", certificate_chain=[out / "fulcio_root.pem"]
+        )
+        cfg.set_hashing_config(hashing())
+        cfg.sign(d, d / "model.sig")
+        # Reshape the verification material as a Sigstore bundle carries
+        # it: the leaf alone, and a transparency-log entry. The DSSE
+        # signature covers only the payload, so it still holds.
+        b = json.loads((d / "model.sig").read_text())
+        b["verificationMaterial"] = {
+            "certificate": {"rawBytes": base64.b64encode(leaf.public_bytes(serialization.Encoding.DER)).decode()},
+            "tlogEntries": [{"logIndex": "12345", "integratedTime": str(int(datetime.datetime.now().timestamp()))}],
+        }
+        (d / "model.sig").write_text(json.dumps(b))
+        trusted = {
+            "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+            "certificateAuthorities": [
+                {"certChain": {"certificates": [{"rawBytes": base64.b64encode(root.public_bytes(serialization.Encoding.DER)).decode()}]}}
+            ],
+        }
+        (out / "trusted_root.json").write_text(json.dumps(trusted))
+    elif cmd in ("verify-key", "verify-cert"):
+        d = pathlib.Path(argv[1])
+        cfg = model_signing.verifying.Config()
+        if cmd == "verify-key":
+            cfg.use_elliptic_key_verifier(public_key=argv[2])
+        else:
+            cfg.use_certificate_verifier(certificate_chain=argv[2:])
+        try:
+            cfg.set_hashing_config(hashing())
+            cfg.verify(d, d / "model.sig")
+        except Exception as e:  # the tool's verdict, whatever raised it
+            print(f"FAIL {type(e).__name__}: {e}")
+            return 1
+        print("ok")
+    else:
+        print(__doc__)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
