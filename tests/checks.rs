@@ -976,6 +976,10 @@ fn every_registered_check_has_a_case() {
             "needs a change while the audit runs: tests/engine.rs",
         ),
         (
+            "names.confusable",
+            "a warning on names written to look alike: tests/names.rs",
+        ),
+        (
             "bundle.open",
             "no bundle to corrupt, exit 2: tests/robustness.rs (empty_folder_is_not_a_bundle and others)",
         ),

@@ -102,6 +102,7 @@ checks! {
     PAYLOAD_SHA256 = "payload.sha256": "each payload file's SHA-256 equals the manifest's (weights_sha256; a shard's sha256 when given)";
     PAYLOAD_UNREFERENCED = "payload.unreferenced": "the last record ends exactly at weights_bytes (no unreferenced bytes)";
     BUNDLE_CHANGED = "bundle.changed": "neither manifest nor payload changed (size, mtime, inode, manifest hash) while the audit ran";
+    NAMES_CONFUSABLE = "names.confusable": "no two tensor names display alike: none differs from another only by invisible characters (zero-width, bidirectional controls) or by letters that look like others (Cyrillic а for a)";
     RECORD_FIELD = "record.field": "every tensor record has its fields with the right JSON types";
     RECORD_NAME = "record.name_unique": "tensor names are unique";
     RECORD_BYTES = "record.bytes": "a record's bytes is an integer greater than 0";
