@@ -132,10 +132,7 @@ fn check_format(s: &Sample) {
         let (code, stdout, stderr, _) = audit(&target, limit);
         let what = format!("{} {} {m:?} head={head}", s.name, names[file]);
         prop_assert!(!stderr.contains("panicked"), "{what}: {stderr}");
-        prop_assert!(
-            [0, 1, 2].contains(&code),
-            "{what}: exit {code}\n{stderr}"
-        );
+        prop_assert!([0, 1, 2].contains(&code), "{what}: exit {code}\n{stderr}");
         let report: serde_json::Value = serde_json::from_str(&stdout)
             .map_err(|e| TestCaseError::fail(format!("{what}: report is not JSON ({e})")))?;
         let verdict = report["verdict"].as_str().unwrap_or("");
