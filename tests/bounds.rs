@@ -26,6 +26,8 @@ struct Measured {
 
 /// Runs `audit --json` on `target` and returns its report and the peak
 /// resident set of that one process (ru_maxrss of `wait4` on its pid).
+// The child is reaped by `wait4` below, which clippy does not see.
+#[allow(clippy::zombie_processes)]
 fn audit_measured(target: &Path) -> Measured {
     use std::io::Read;
     let mut child = Command::new(common::bin())
