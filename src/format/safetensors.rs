@@ -615,6 +615,29 @@ pub fn write_with_metadata(
 mod tests {
     use super::*;
 
+    #[test]
+    fn entries_are_counted_outside_strings_and_nested_values() {
+        // Independent count: serde_json's own parse of the same objects.
+        for json in [
+            r#"{}"#,
+            r#"{"a":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]}}"#,
+            r#"{"a,b":{"x":[1,2,3]},"c\",\"d":{},"__metadata__":{"k":"v,w"}}"#,
+            r#"{ "q\\": [ {"x": ","}, "]" ], "r": 1 }"#,
+        ] {
+            let parsed: serde_json::Map<String, Value> = serde_json::from_str(json).unwrap();
+            assert_eq!(count_entries(json.as_bytes(), 100), parsed.len(), "{json}");
+        }
+        // Stops once past the cap.
+        let many = format!(
+            "{{{}}}",
+            (0..1000)
+                .map(|i| format!("\"{i}\":0"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        assert_eq!(count_entries(many.as_bytes(), 10), 12);
+    }
+
     fn file(entries: &[(&str, &str, &[u64])], data: &[u8]) -> Vec<u8> {
         let mut b = header_bytes(entries, &[("format", "pt")]);
         b.extend_from_slice(data);
