@@ -5,6 +5,7 @@ use egui::RichText;
 
 use super::{Commands, Nvfp4View, Session, SpotView};
 use crate::report::human_bytes;
+use crate::util::text::{SHOWN_CHARS, shown};
 
 /// Draws the selected tensor's details.
 pub(super) fn detail_ui(
@@ -22,7 +23,16 @@ pub(super) fn detail_ui(
         return;
     };
     let t = &b.tensors[i];
-    ui.add(egui::Label::new(RichText::new(&t.name).monospace().strong()).wrap());
+    // Escaped (a name from the file may hide or reorder text), in full:
+    // the detail panel wraps, so only the 100 KB pathological names are cut.
+    ui.add(
+        egui::Label::new(
+            RichText::new(shown(&t.name, 8 * SHOWN_CHARS))
+                .monospace()
+                .strong(),
+        )
+        .wrap(),
+    );
     let (mark, hover) = super::tensors::status_mark(s.status(i));
     // GGUF: the shape is shown in PyTorch order, ggml's ne order on hover.
     let hover = match t.record.get("ne") {
@@ -61,7 +71,7 @@ pub(super) fn detail_ui(
                 RichText::new(format!("{} [{}]", f.severity.as_str(), f.check))
                     .color(ui.visuals().error_fg_color),
             );
-            ui.label(&f.message);
+            ui.label(shown(&f.message, 4 * SHOWN_CHARS));
         });
         let mut at = Vec::new();
         if let Some(field) = &f.field {

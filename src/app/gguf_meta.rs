@@ -6,6 +6,7 @@
 use egui::RichText;
 
 use crate::format::gguf::{Metadata, Value};
+use crate::util::text::{SHOWN_CHARS, shown_lines};
 
 /// Arrays up to this long are shown inline.
 const INLINE_ITEMS: usize = 16;
@@ -62,7 +63,13 @@ fn entry_ui(ui: &mut egui::Ui, key: &str, short: &str, value: &Value) {
                         .id_salt(("gguf-text-scroll", key))
                         .max_height(240.0)
                         .show(ui, |ui| {
-                            ui.label(RichText::new(s.as_str()).monospace().small());
+                            // Line breaks kept, hidden characters escaped;
+                            // a 100 KB template is cut (the JSON keeps it).
+                            ui.label(
+                                RichText::new(shown_lines(s, 50 * SHOWN_CHARS))
+                                    .monospace()
+                                    .small(),
+                            );
                         });
                 });
         }

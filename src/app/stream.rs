@@ -8,6 +8,7 @@ use egui::RichText;
 use super::{App, CentralTab, Commands, FileState, RowStatus, Session, SideTab, SpotView};
 use crate::audit::Severity;
 use crate::report::human_bytes;
+use crate::util::text::{SHOWN_CHARS, shown};
 
 /// The stream panel's own state: the filter, and the log lines it lets
 /// through, extended as the log grows (never rebuilt per frame).
@@ -212,10 +213,10 @@ pub(super) fn stream_ui(
                 ui.label(RichText::new(mark).color(color));
                 ui.label(RichText::new(r.check.as_str()).monospace());
                 if let Some(t) = &r.tensor {
-                    ui.label(RichText::new(t).weak());
+                    ui.label(RichText::new(shown(t, SHOWN_CHARS)).weak());
                 }
                 if let Some(m) = &r.message {
-                    ui.label(m);
+                    ui.label(shown(m, 4 * SHOWN_CHARS));
                 }
             });
         }

@@ -10,6 +10,7 @@ use egui_extras::{Column, TableBuilder};
 use super::{Command, Commands, RowStatus, Session};
 use crate::format::{Bundle, TensorInfo, natural_cmp};
 use crate::report::human_bytes;
+use crate::util::text::{SHOWN_CHARS, shown};
 
 /// The filter and sort of the tensor table.
 #[derive(Debug, Clone, PartialEq)]
@@ -366,8 +367,12 @@ pub fn table_ui(
                 row.col(|ui| status_ui(ui, session.status(i)));
                 row.col(|ui| {
                     let name = match &t.alias_of {
-                        Some(target) => RichText::new(format!("{} → {target}", t.name)),
-                        None => RichText::new(&t.name),
+                        Some(target) => RichText::new(format!(
+                            "{} → {}",
+                            shown(&t.name, SHOWN_CHARS),
+                            shown(target, SHOWN_CHARS)
+                        )),
+                        None => RichText::new(shown(&t.name, SHOWN_CHARS)),
                     };
                     ui.add(
                         egui::Label::new(name.monospace())

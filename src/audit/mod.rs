@@ -226,6 +226,7 @@ pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
     let bundle = match format::open(path) {
         Ok(mut b) => {
             apply_expect(&mut b, &options.expect);
+            flag_lookalike_names(&mut b);
             Arc::new(b)
         }
         Err(e) => {
@@ -274,6 +275,35 @@ pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
         warnings,
         duration: started.elapsed(),
     })));
+}
+
+/// Most look-alike name pairs reported for one bundle.
+const MAX_LOOKALIKES: usize = 20;
+
+/// A warning for each pair of tensor names that display alike (differing
+/// only by invisible characters or look-alike letters), naming both with
+/// their hidden characters escaped.
+fn flag_lookalike_names(bundle: &mut Bundle) {
+    use crate::util::text::{SHOWN_CHARS, lookalikes, shown};
+    let pairs = lookalikes(
+        bundle.tensors.iter().map(|t| t.name.as_str()),
+        MAX_LOOKALIKES,
+    );
+    let found: Vec<crate::finding::Finding> = pairs
+        .into_iter()
+        .map(|(a, b)| {
+            crate::finding::Finding::warning(
+                crate::finding::checks::NAMES_CONFUSABLE,
+                format!(
+                    "tensor names \"{}\" and \"{}\" display alike; a reader may take one for the other",
+                    shown(a, SHOWN_CHARS),
+                    shown(b, SHOWN_CHARS)
+                ),
+            )
+            .tensor(b.to_string())
+        })
+        .collect();
+    bundle.findings.extend(found);
 }
 
 /// Sets each `(file name, hex)` expectation on the bundle's payload file of

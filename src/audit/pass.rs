@@ -179,15 +179,27 @@ fn spawn_named<T>(
 }
 
 fn open_file(f: &PayloadFile, emit: Sink) -> Option<(File, Ident)> {
-    // A symbolic link is followed, but said: its bytes live elsewhere.
+    // A symbolic link is followed, but said, and where it leads: outside
+    // the bundle's folder, inside it, or nowhere (a loop, a dangling link).
     if fs::symlink_metadata(&f.path).is_ok_and(|m| m.file_type().is_symlink()) {
+        let target = fs::read_link(&f.path).map_or("?".into(), |p| p.display().to_string());
+        let folder = f.path.parent().unwrap_or(std::path::Path::new("."));
+        let whereto = match fs::canonicalize(&f.path) {
+            Err(e) => format!("which does not resolve ({e})"),
+            Ok(real) if crate::util::paths::is_inside(&real, folder) => {
+                "inside the bundle folder".to_string()
+            }
+            Ok(real) => format!(
+                "(real path {}); its bytes live outside the bundle folder",
+                real.display()
+            ),
+        };
         emit(Event::Finding(
             Finding::warning(
                 c::PAYLOAD_FILE,
                 format!(
-                    "payload file {} is a symbolic link to {}; its bytes live outside the bundle folder",
-                    f.name,
-                    fs::read_link(&f.path).map_or("?".into(), |p| p.display().to_string())
+                    "payload file {} is a symbolic link to {target} {whereto}",
+                    f.name
                 ),
             )
             .field(f.name.clone()),

@@ -6,6 +6,7 @@ use anyhow::{Result, bail};
 use bundlescope::audit::{self, Event, Failure, Severity};
 use bundlescope::report::markdown::audit_markdown;
 use bundlescope::report::{Report, ReportBuilder, failure_report, human_bytes};
+use bundlescope::util::text::{SHOWN_CHARS, shown};
 
 use super::common::progress_bar;
 
@@ -159,7 +160,7 @@ fn print_summary(r: &Report) {
         .count();
     println!(
         "{}  ({})",
-        r.bundle.path,
+        shown(&r.bundle.path, 4 * SHOWN_CHARS),
         r.bundle.format.as_deref().unwrap_or("?")
     );
     println!(
@@ -179,15 +180,22 @@ fn print_summary(r: &Report) {
         for f in &r.findings {
             let mut at = Vec::new();
             if let Some(t) = &f.tensor {
-                at.push(format!("tensor {t}"));
+                at.push(format!("tensor {}", shown(t, SHOWN_CHARS)));
             }
             if let Some(fl) = &f.field {
-                at.push(format!("field {fl}"));
+                at.push(format!("field {}", shown(fl, SHOWN_CHARS)));
             }
             if let Some(o) = f.offset {
                 at.push(format!("offset {o}"));
             }
-            println!("  {:<7} [{}] {}", f.severity.as_str(), f.check, f.message);
+            // Messages quote names and strings from the file: escaped, and
+            // cut longer than a few names (the JSON report keeps them whole).
+            println!(
+                "  {:<7} [{}] {}",
+                f.severity.as_str(),
+                f.check,
+                shown(&f.message, 4 * SHOWN_CHARS)
+            );
             if !at.is_empty() {
                 println!("          at {}", at.join(", "));
             }
@@ -209,7 +217,7 @@ fn print_summary(r: &Report) {
         };
         println!(
             "  {}  {}  sha256 {}  {mark}",
-            f.file,
+            shown(&f.file, SHOWN_CHARS),
             f.bytes.map_or("?".into(), human_bytes),
             f.sha256.as_deref().unwrap_or("-")
         );

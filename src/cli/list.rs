@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use bundlescope::report::{Tool, human_bytes, totals};
+use bundlescope::util::text::{SHOWN_CHARS, shown};
 use serde_json::json;
 
 use super::common::open_bundle;
@@ -35,7 +36,7 @@ pub fn run(a: Args) -> Result<i32> {
     let width = bundle
         .tensors
         .iter()
-        .map(|t| t.name.len())
+        .map(|t| shown(&t.name, SHOWN_CHARS).chars().count())
         .max()
         .unwrap_or(4)
         .min(72);
@@ -50,8 +51,12 @@ pub fn run(a: Args) -> Result<i32> {
             _ => "?".into(),
         };
         let name = match &t.alias_of {
-            Some(target) => format!("{} → {target}", t.name),
-            None => t.name.clone(),
+            Some(target) => format!(
+                "{} → {}",
+                shown(&t.name, SHOWN_CHARS),
+                shown(target, SHOWN_CHARS)
+            ),
+            None => shown(&t.name, SHOWN_CHARS).into_owned(),
         };
         println!(
             "{:<width$}  {:<9} {:<14} {:<5} {:>12} {:>12}",

@@ -103,6 +103,7 @@ checks! {
     PAYLOAD_UNREFERENCED = "payload.unreferenced": "the last record ends exactly at weights_bytes (no unreferenced bytes)";
     BUNDLE_CHANGED = "bundle.changed": "neither manifest nor payload changed (size, mtime, inode, manifest hash) while the audit ran";
     TENSOR_DUPLICATE = "tensor.duplicate": "no tensor is byte-identical to another tensor of the bundle, a copied layer being a classic packaging mistake (warning; names its twin)";
+    NAMES_CONFUSABLE = "names.confusable": "no two tensor names display alike: none differs from another only by invisible characters (zero-width, bidirectional controls) or by letters that look like others (Cyrillic а for a)";
     RECORD_FIELD = "record.field": "every tensor record has its fields with the right JSON types";
     RECORD_NAME = "record.name_unique": "tensor names are unique";
     RECORD_BYTES = "record.bytes": "a record's bytes is an integer greater than 0";
@@ -124,7 +125,7 @@ checks! {
     NVFP4_LAYOUT = "nvfp4.layout": "quantization is mode nvfp4, bits 4, group_size 16, layout stacked-global-scale (the old absolute-scale artifact is ~5% off and must be regenerated)";
     NVFP4_MANIFEST = "nvfp4.manifest": "shards is a non-empty list of {file} objects and weight_map an object of tensor name to shard file";
     SHARD_NAME = "shard.name": "every shard file name is a bare name inside the folder (no '/', no '..', not absolute) and listed once";
-    SHARD_HEADER = "shard.header": "a shard's header length is at most 100 MB and less than the file, and its JSON lists tensors with known dtypes, shapes and data_offsets";
+    SHARD_HEADER = "shard.header": "a shard's header length is at most 100 MB and less than the file, it lists at most 32,768 entries, and its JSON lists tensors with known dtypes, shapes and data_offsets";
     SHARD_OFFSETS = "shard.offsets": "a shard's data_offsets are in bounds, contiguous, non-overlapping and cover the data with no gap, each span equal to prod(shape) * itemsize";
     WEIGHT_MAP = "nvfp4.weight_map": "every weight_map entry names a listed shard that holds that tensor, and every tensor in the shards is in weight_map";
     EXPERT_SET = "nvfp4.experts": "each MoE layer has gate_up_proj and down_proj weight (U32 [E,out,in/8]), scales (U8 [E,out,in/16]) and global_scale (F32 [E]) with one E per layer";
@@ -143,7 +144,7 @@ checks! {
     GGUF_MAGIC = "gguf.magic": "a GGUF file starts with the magic GGUF";
     GGUF_VERSION = "gguf.version": "the GGUF version is 2 or 3";
     GGUF_HEADER = "gguf.header": "the header's fixed-size fields (counts, types, dims, offsets) all lie inside the file";
-    GGUF_COUNTS = "gguf.counts": "the tensor, key/value and array item counts fit in the bytes that follow them (checked before any allocation)";
+    GGUF_COUNTS = "gguf.counts": "the tensor, key/value and array item counts fit in the bytes that follow them and within bundlescope's limits (32,768 tensors, 65,536 key/values, 1,048,576 array items; checked before any allocation)";
     GGUF_STRING = "gguf.string": "every string's length fits in the bytes that follow it, and the string is UTF-8";
     GGUF_KV_TYPE = "gguf.kv_type": "every metadata value type and array item type is a known GGUF type (0..=12), arrays nested at most 3 deep";
     GGUF_KV_KEY = "gguf.kv_key": "every metadata key appears once";

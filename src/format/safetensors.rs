@@ -23,6 +23,48 @@ use crate::finding::checks as c;
 /// Largest header bundlescope parses (the `safetensors` crate's own limit).
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 
+/// Most entries one header may list (tensors and `__metadata__`). Every
+/// tensor costs the audit a few KiB (its record, statistics and report row),
+/// so this bounds an audit's memory whatever a header claims; real
+/// checkpoints list at most a few thousand per shard.
+pub const MAX_TENSORS: usize = 32_768;
+
+/// The number of entries of a JSON object's top level (its commas outside
+/// strings at depth 1, plus one), counted without parsing, stopping once it
+/// passes `cap`. Escapes inside strings are honoured; malformed JSON just
+/// gives some count, which the parser then rejects.
+pub fn count_entries(json: &[u8], cap: usize) -> usize {
+    let (mut depth, mut in_string, mut escaped) = (0u32, false, false);
+    let (mut commas, mut any) = (0usize, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = true;
+                any |= depth == 1;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            b',' if depth == 1 => {
+                commas += 1;
+                if commas > cap {
+                    return commas + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    if any { commas + 1 } else { 0 }
+}
+
 /// Bytes per element of a safetensors dtype, for the dtypes bundlescope knows.
 pub fn dtype_size(dtype: &str) -> Option<u64> {
     Some(match dtype {
@@ -123,6 +165,19 @@ pub fn parse_header(file: &str, bytes: &[u8]) -> Result<Header, Vec<Finding>> {
     }
     let data_start = 8 + n;
     let json = &bytes[8..data_start as usize];
+    let entries = count_entries(json, MAX_TENSORS);
+    if entries > MAX_TENSORS {
+        return Err(vec![
+            header_err(
+                file,
+                format!(
+                    "header lists more than {MAX_TENSORS} entries ({} or more); bundlescope reads at most {MAX_TENSORS} tensors per file",
+                    entries
+                ),
+            )
+            .offset(8),
+        ]);
+    }
     let data_len = len - data_start;
     // A well-formed header goes through typed, borrowed deserialisation;
     // anything it does not take (a wrong type, a missing or unknown key, an
@@ -559,6 +614,29 @@ pub fn write_with_metadata(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_are_counted_outside_strings_and_nested_values() {
+        // Independent count: serde_json's own parse of the same objects.
+        for json in [
+            r#"{}"#,
+            r#"{"a":{"dtype":"F32","shape":[1,2],"data_offsets":[0,8]}}"#,
+            r#"{"a,b":{"x":[1,2,3]},"c\",\"d":{},"__metadata__":{"k":"v,w"}}"#,
+            r#"{ "q\\": [ {"x": ","}, "]" ], "r": 1 }"#,
+        ] {
+            let parsed: serde_json::Map<String, Value> = serde_json::from_str(json).unwrap();
+            assert_eq!(count_entries(json.as_bytes(), 100), parsed.len(), "{json}");
+        }
+        // Stops once past the cap.
+        let many = format!(
+            "{{{}}}",
+            (0..1000)
+                .map(|i| format!("\"{i}\":0"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        assert_eq!(count_entries(many.as_bytes(), 10), 12);
+    }
 
     fn file(entries: &[(&str, &str, &[u64])], data: &[u8]) -> Vec<u8> {
         let mut b = header_bytes(entries, &[("format", "pt")]);

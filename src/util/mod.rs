@@ -5,6 +5,7 @@
 pub mod cancel;
 pub mod paths;
 pub mod rng;
+pub mod text;
 
 pub use cancel::CancelToken;
 pub use rng::Rng;

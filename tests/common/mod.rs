@@ -2,6 +2,7 @@
 //! project's own writer, corrupt a copy, run the real binary.
 #![allow(dead_code)]
 
+pub mod bundles;
 pub mod codes;
 pub mod damage;
 pub mod gptq;

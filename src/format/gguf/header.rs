@@ -232,6 +232,8 @@ struct Stop {
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Array items read so far, against [`MAX_ARRAY_ITEMS`].
+    items: u64,
 }
 
 impl<'a> Reader<'a> {
@@ -362,6 +364,20 @@ impl<'a> Reader<'a> {
                         field: what.to_string(),
                     });
                 }
+                // Each item is kept as a value of a few dozen bytes, more
+                // than the byte it may take in the file: the items of all
+                // arrays together are bounded.
+                self.items = self.items.saturating_add(count);
+                if self.items > MAX_ARRAY_ITEMS {
+                    return Err(Stop {
+                        check: c::GGUF_COUNTS,
+                        message: format!(
+                            "{what} claims {count} items at byte {count_at}; bundlescope reads at most {MAX_ARRAY_ITEMS} array items in a header"
+                        ),
+                        offset: count_at,
+                        field: what.to_string(),
+                    });
+                }
                 let mut items = Vec::with_capacity(count as usize);
                 for _ in 0..count {
                     items.push(self.value(item, depth + 1, what)?);
@@ -389,12 +405,27 @@ fn unknown_type(t: u32, at: u64, what: &str, item: bool) -> Stop {
 const MIN_TENSOR_INFO: u64 = 32;
 /// Smallest key/value: key length (8), type (4), one byte of value.
 const MIN_KV: u64 = 13;
+/// Most tensors a GGUF file may declare (as for a safetensors file: each
+/// costs the audit a few KiB, so this bounds its memory; real files stack
+/// their experts and declare at most a few thousand).
+pub const MAX_TENSORS: u64 = crate::format::safetensors::MAX_TENSORS as u64;
+/// Most key/value pairs (real files have a few dozen; the tokenizer's
+/// vocabulary is one array).
+pub const MAX_KVS: u64 = 65_536;
+/// Most array items in all of a header's values together: a 262,144-token
+/// vocabulary with its scores and types, or 128k tokens with 280k merges,
+/// fits; a million one-byte strings cost the audit about 150 MiB.
+pub const MAX_ARRAY_ITEMS: u64 = 1 << 20;
 
 /// Parses the header of `buf` (the file's bytes, mapped). Findings are
 /// pushed for everything wrong; after a structural error the header is
 /// returned as far as it was read, with `complete` false.
 pub fn parse(buf: &[u8], file: &str, findings: &mut Vec<Finding>) -> Header {
-    let mut r = Reader { buf, pos: 0 };
+    let mut r = Reader {
+        buf,
+        pos: 0,
+        items: 0,
+    };
     let mut h = Header {
         alignment: DEFAULT_ALIGNMENT,
         ..Header::default()
@@ -463,6 +494,20 @@ fn read(
             ),
             offset: 8,
             field: "tensor_count".into(),
+        });
+    }
+    if n_tensors > MAX_TENSORS || n_kv > MAX_KVS {
+        return Err(Stop {
+            check: c::GGUF_COUNTS,
+            message: format!(
+                "{n_tensors} tensors and {n_kv} key/value pairs declared; bundlescope reads at most {MAX_TENSORS} tensors and {MAX_KVS} key/value pairs"
+            ),
+            offset: 8,
+            field: if n_tensors > MAX_TENSORS {
+                "tensor_count".into()
+            } else {
+                "metadata_kv_count".into()
+            },
         });
     }
     h.kvs = Vec::with_capacity(n_kv as usize);

@@ -1,0 +1,347 @@
+//! Resource bounds: sizes and counts a file merely claims are refused from
+//! the numbers (a finding naming the field), never allocated, and the peak
+//! resident memory of the CLI process auditing any of them, or a file at
+//! each format's limits, stays under 256 MiB (measured with `wait4`).
+#![cfg(unix)]
+
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::bundles;
+use serde_json::Value;
+
+const MIB: u64 = 1 << 20;
+const RSS_BOUND: u64 = 256 * MIB;
+
+struct Measured {
+    code: i32,
+    report: Value,
+    stderr: String,
+    max_rss: u64,
+}
+
+/// Runs `audit --json` on `target` and returns its report and the peak
+/// resident set of that one process (ru_maxrss of `wait4` on its pid).
+// The child is reaped by `wait4` below, which clippy does not see.
+#[allow(clippy::zombie_processes)]
+fn audit_measured(target: &Path) -> Measured {
+    use std::io::Read;
+    let mut child = Command::new(common::bin())
+        .args(["audit", target.to_str().unwrap(), "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let o = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let e = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let pid = child.id() as libc::pid_t;
+    let start = Instant::now();
+    let (status, usage) = loop {
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is a valid value to be filled in.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: pid is our own child; status and usage are valid pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(r >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if r == pid {
+            break (status, usage);
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("audit of {} hung", target.display());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    let stdout = o.join().unwrap();
+    let stderr = e.join().unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let report = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    // Linux reports ru_maxrss in KiB.
+    Measured {
+        code,
+        report,
+        stderr,
+        max_rss: usage.ru_maxrss as u64 * 1024,
+    }
+}
+
+/// Audits, asserts the peak memory bound and that an error finding of
+/// `check` says `needle`.
+fn refused(target: &Path, check: &str, needle: &str) -> Measured {
+    let m = audit_measured(target);
+    assert!(
+        m.max_rss < RSS_BOUND,
+        "{}: peak RSS {} MiB",
+        target.display(),
+        m.max_rss / MIB
+    );
+    assert_eq!(m.code, 1, "{:#}\n{}", m.report, m.stderr);
+    let hits = common::findings_of(&m.report, check);
+    assert!(
+        hits.iter()
+            .any(|f| f["severity"] == "error" && f["message"].as_str().unwrap().contains(needle)),
+        "{check} / {needle}: {:#}",
+        m.report["findings"]
+    );
+    m
+}
+
+fn safetensors_file(entries: usize, bytes_each: u64) -> Vec<u8> {
+    let mut h = String::from("{");
+    for i in 0..entries {
+        if i > 0 {
+            h.push(',');
+        }
+        let (b, e) = (i as u64 * bytes_each, (i as u64 + 1) * bytes_each);
+        h.push_str(&format!(
+            "\"t{i}\":{{\"dtype\":\"U8\",\"shape\":[{bytes_each}],\"data_offsets\":[{b},{e}]}}"
+        ));
+    }
+    h.push('}');
+    while h.len() % 8 != 0 {
+        h.push(' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(h.as_bytes());
+    out.resize(out.len() + entries * bytes_each as usize, 0);
+    out
+}
+
+fn gguf_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// A GGUF v3 file of `n` F32 [1] tensors, 32 bytes apart, no key/values,
+/// written here from the format's layout.
+fn gguf_tensors(n: u64) -> Vec<u8> {
+    let mut out = b"GGUF".to_vec();
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    for i in 0..n {
+        gguf_string(&mut out, &format!("t{i}"));
+        out.extend_from_slice(&1u32.to_le_bytes());
+        out.extend_from_slice(&1u64.to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes()); // F32
+        out.extend_from_slice(&(i * 32).to_le_bytes());
+    }
+    out.resize(out.len().next_multiple_of(32) + 32 * n as usize, 0);
+    out
+}
+
+/// A GGUF header with one key/value: `value_type` then `value` bytes.
+fn gguf_kv(key: &str, value: &[u8]) -> Vec<u8> {
+    let mut out = b"GGUF".to_vec();
+    out.extend_from_slice(&3u32.to_le_bytes());
+    out.extend_from_slice(&0u64.to_le_bytes());
+    out.extend_from_slice(&1u64.to_le_bytes());
+    gguf_string(&mut out, key);
+    out.extend_from_slice(value);
+    out
+}
+
+#[test]
+fn safetensors_header_claiming_2_pow_62_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut f = (1u64 << 62).to_le_bytes().to_vec();
+    f.extend_from_slice(b"{}      ");
+    fs::write(tmp.path().join("model.safetensors"), f).unwrap();
+    refused(tmp.path(), "shard.header", "over the 100000000-byte limit");
+}
+
+#[test]
+fn safetensors_tensor_claiming_2_pow_62_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let h = format!(
+        "{{\"a\":{{\"dtype\":\"U8\",\"shape\":[{0}],\"data_offsets\":[0,{0}]}}}}",
+        1u64 << 62
+    );
+    let mut f = (h.len() as u64).to_le_bytes().to_vec();
+    f.extend_from_slice(h.as_bytes());
+    f.extend_from_slice(&[0; 16]);
+    fs::write(tmp.path().join("model.safetensors"), f).unwrap();
+    refused(tmp.path(), "shard.offsets", "past the end of the file");
+}
+
+#[test]
+fn gguf_claiming_2_pow_40_tensors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut f = b"GGUF".to_vec();
+    f.extend_from_slice(&3u32.to_le_bytes());
+    f.extend_from_slice(&(1u64 << 40).to_le_bytes());
+    f.extend_from_slice(&0u64.to_le_bytes());
+    f.extend_from_slice(&[0; 64]);
+    let p = tmp.path().join("m.gguf");
+    fs::write(&p, f).unwrap();
+    refused(&p, "gguf.counts", "1099511627776 tensors");
+}
+
+#[test]
+fn gguf_string_claiming_2_pow_60_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut v = 8u32.to_le_bytes().to_vec(); // string
+    v.extend_from_slice(&(1u64 << 60).to_le_bytes());
+    v.extend_from_slice(b"abc");
+    let p = tmp.path().join("m.gguf");
+    fs::write(&p, gguf_kv("general.name", &v)).unwrap();
+    refused(&p, "gguf.string", "1152921504606846976 bytes");
+}
+
+#[test]
+fn gguf_array_items_are_bounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 5 M one-byte items: the file holds them, the reader refuses them.
+    let n = 5_000_000u64;
+    let mut v = 9u32.to_le_bytes().to_vec(); // array
+    v.extend_from_slice(&0u32.to_le_bytes()); // of u8
+    v.extend_from_slice(&n.to_le_bytes());
+    v.resize(v.len() + n as usize, 7);
+    let p = tmp.path().join("m.gguf");
+    fs::write(&p, gguf_kv("x.arr", &v)).unwrap();
+    refused(&p, "gguf.counts", "at most 1048576 array items");
+}
+
+#[test]
+fn a_million_tiny_tensors_are_refused_from_the_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(
+        tmp.path().join("model.safetensors"),
+        safetensors_file(1_000_000, 1),
+    )
+    .unwrap();
+    refused(tmp.path(), "shard.header", "more than 32768 entries");
+    let p = tmp.path().join("m.gguf");
+    fs::write(&p, gguf_tensors(1_000_000)).unwrap();
+    refused(&p, "gguf.counts", "1000000 tensors");
+}
+
+/// At the limits the audit runs to a valid verdict, still under the bound.
+#[test]
+fn files_at_the_limits_audit_within_the_memory_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let st = tmp.path().join("st");
+    fs::create_dir(&st).unwrap();
+    fs::write(st.join("model.safetensors"), safetensors_file(32_768, 1)).unwrap();
+    let gguf = tmp.path().join("m.gguf");
+    fs::write(&gguf, gguf_tensors(32_768)).unwrap();
+    // A million one-byte strings in one array (the items limit).
+    let n = 1u64 << 20;
+    let mut v = 9u32.to_le_bytes().to_vec();
+    v.extend_from_slice(&8u32.to_le_bytes());
+    v.extend_from_slice(&n.to_le_bytes());
+    for _ in 0..n {
+        v.extend_from_slice(&1u64.to_le_bytes());
+        v.push(b'a');
+    }
+    let strings = tmp.path().join("s.gguf");
+    fs::write(&strings, gguf_kv("tokenizer.ggml.tokens", &v)).unwrap();
+    for target in [st, gguf, strings] {
+        let m = audit_measured(&target);
+        assert_eq!(
+            m.code,
+            0,
+            "{}: {:#}",
+            target.display(),
+            m.report["findings"]
+        );
+        assert!(
+            m.max_rss < RSS_BOUND,
+            "{}: peak RSS {} MiB",
+            target.display(),
+            m.max_rss / MIB
+        );
+    }
+}
+
+#[test]
+fn every_sample_audits_within_the_memory_bound() {
+    for s in bundles::all() {
+        let m = audit_measured(&s.target);
+        assert_eq!(m.code, 0, "{}", s.name);
+        assert!(m.max_rss < RSS_BOUND, "{}: {} MiB", s.name, m.max_rss / MIB);
+    }
+}
+
+/// JSON nested past any real manifest, config, index or header is refused
+/// by the parser's depth limit with a finding, never a stack overflow.
+#[test]
+fn deep_json_nesting_is_a_finding() {
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let tmp = tempfile::tempdir().unwrap();
+    let a8 = tmp.path().join("a8");
+    fs::create_dir(&a8).unwrap();
+    fs::write(a8.join("manifest.json"), &deep).unwrap();
+    refused(&a8, "manifest.parse", "recursion limit exceeded");
+
+    let nested_object = format!(
+        "{{\"format\": \"audio8-mixed-bundle-v2\", \"x\": {}1{}}}",
+        "{\"a\":".repeat(50_000),
+        "}".repeat(50_000)
+    );
+    fs::write(a8.join("manifest.json"), &nested_object).unwrap();
+    refused(&a8, "manifest.parse", "recursion limit exceeded");
+
+    let ml = tmp.path().join("ml");
+    fs::create_dir(&ml).unwrap();
+    fs::write(ml.join("config.json"), &deep).unwrap();
+    fs::write(ml.join("model.safetensors.index.json"), &deep).unwrap();
+    fs::write(ml.join("model.safetensors"), safetensors_file(1, 2)).unwrap();
+    refused(&ml, "mlxlm.config", "recursion limit exceeded");
+    refused(&ml, "mlxlm.index", "recursion limit exceeded");
+
+    let st = tmp.path().join("st");
+    fs::create_dir(&st).unwrap();
+    let mut h = deep.clone().into_bytes();
+    h.resize(h.len().next_multiple_of(8), b' ');
+    let mut f = (h.len() as u64).to_le_bytes().to_vec();
+    f.extend_from_slice(&h);
+    fs::write(st.join("model.safetensors"), f).unwrap();
+    refused(&st, "shard.header", "recursion limit exceeded");
+}
+
+/// The size caps of the JSON files: a sparse file over the cap is refused
+/// by its length (the read stops at the cap), with a message naming it.
+#[test]
+fn config_and_index_over_their_size_cap() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("model.safetensors"), safetensors_file(1, 2)).unwrap();
+    for name in ["config.json", "model.safetensors.index.json"] {
+        let f = fs::File::create(tmp.path().join(name)).unwrap();
+        f.set_len(65 * MIB).unwrap();
+    }
+    let m = audit_measured(tmp.path());
+    assert!(m.max_rss < RSS_BOUND, "{} MiB", m.max_rss / MIB);
+    for check in ["mlxlm.config", "mlxlm.index"] {
+        let hits = common::findings_of(&m.report, check);
+        assert!(
+            hits.iter().any(|f| f["message"]
+                .as_str()
+                .unwrap()
+                .contains("larger than 64 MiB")),
+            "{check}: {:#}",
+            m.report["findings"]
+        );
+    }
+}
