@@ -978,6 +978,8 @@ fn every_registered_check_has_a_case() {
         (
             "tensor.duplicate",
             "a warning, exit 0: tensor_duplicate_is_a_warning_naming_its_twin",
+        ),
+        (
             "names.confusable",
             "a warning on names written to look alike: tests/names.rs",
         ),

@@ -194,6 +194,11 @@ fn only_known_writers_create_files() {
                 .replace('\\', "/");
             let text = std::fs::read_to_string(&p).unwrap();
             for (n, line) in text.lines().enumerate() {
+                // A file's unit tests (its top-level `#[cfg(test)]` module)
+                // write only in their own temporary folders.
+                if line.starts_with("#[cfg(test)]") {
+                    break;
+                }
                 let code = line.split("//").next().unwrap();
                 let writes = [
                     "File::create",
