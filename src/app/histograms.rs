@@ -149,56 +149,64 @@ pub(super) fn code_plot(id: &str, zero: i32) -> Plot<'static> {
         })
 }
 
-fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {
-    ui.label(RichText::new("Scales").strong())
-        .on_hover_text("Half-octave bins, log2 axis");
-    ui.label(
-        RichText::new(format!(
-            "{} scales · min {:.3e} · p01 {:.3e} · median {:.3e} · p99 {:.3e} · max {:.3e}{}",
-            s.count,
-            s.min,
-            s.p01,
-            s.median,
-            s.p99,
-            s.max,
-            if s.invalid > 0 {
-                format!(" · {} invalid", s.invalid)
-            } else {
-                String::new()
-            }
-        ))
-        .small(),
-    );
-    let total = s.count.max(1) as f64;
-    let bars = scale_bars(s, 0.0, 0.9, BAR);
-    exportable(ui, "scales", tx, |ui, _| {
-        chart_ui(
-            ui,
-            &format!("{id}-scales"),
-            "scales",
-            bars,
-            total,
-            Some(Box::new(log_axis)),
-        )
-    });
+/// How a distribution of magnitudes is labelled: the scales, or a GGUF
+/// type's block minima.
+struct Magnitudes {
+    title: &'static str,
+    hover: &'static str,
+    /// What one counted item is called (`scales`, `mins`).
+    noun: &'static str,
+    /// What the invalid ones are said to be.
+    invalid: &'static str,
+    /// The chart's name in its export menu and its id suffix.
+    export: &'static str,
+    key: &'static str,
 }
+
+const SCALES: Magnitudes = Magnitudes {
+    title: "Scales",
+    hover: "Half-octave bins, log2 axis",
+    noun: "scales",
+    invalid: "invalid",
+    export: "scales",
+    key: "scales",
+};
 
 /// A GGUF type's F16 block minima (`|m|` of Q4_1/Q5_1, `|dmin|` of the
 /// K-quants), binned as the scales are.
+const MINS: Magnitudes = Magnitudes {
+    title: "Block mins (|m|, |dmin|)",
+    hover: "The F16 minimum of each block (Q4_1/Q5_1: m; K-quants: dmin), as magnitudes; half-octave bins, log2 axis",
+    noun: "mins",
+    invalid: "zero or non-finite",
+    export: "block mins",
+    key: "mins",
+};
+
+fn scales_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {
+    magnitudes_ui(ui, id, s, tx, &SCALES);
+}
+
 fn mins_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {
-    ui.label(RichText::new("Block mins (|m|, |dmin|)").strong())
-        .on_hover_text("The F16 minimum of each block (Q4_1/Q5_1: m; K-quants: dmin), as magnitudes; half-octave bins, log2 axis");
+    magnitudes_ui(ui, id, s, tx, &MINS);
+}
+
+/// A magnitude distribution: its quantiles line and its log2-axis chart.
+fn magnitudes_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands, m: &Magnitudes) {
+    ui.label(RichText::new(m.title).strong())
+        .on_hover_text(m.hover);
     ui.label(
         RichText::new(format!(
-            "{} mins · min {:.3e} · p01 {:.3e} · median {:.3e} · p99 {:.3e} · max {:.3e}{}",
+            "{} {} · min {:.3e} · p01 {:.3e} · median {:.3e} · p99 {:.3e} · max {:.3e}{}",
             s.count,
+            m.noun,
             s.min,
             s.p01,
             s.median,
             s.p99,
             s.max,
             if s.invalid > 0 {
-                format!(" · {} zero or non-finite", s.invalid)
+                format!(" · {} {}", s.invalid, m.invalid)
             } else {
                 String::new()
             }
@@ -207,11 +215,11 @@ fn mins_ui(ui: &mut egui::Ui, id: &str, s: &ScaleSummary, tx: &mut Commands) {
     );
     let total = s.count.max(1) as f64;
     let bars = scale_bars(s, 0.0, 0.9, BAR);
-    exportable(ui, "block mins", tx, |ui, _| {
+    exportable(ui, m.export, tx, |ui, _| {
         chart_ui(
             ui,
-            &format!("{id}-mins"),
-            "mins",
+            &format!("{id}-{}", m.key),
+            m.key,
             bars,
             total,
             Some(Box::new(log_axis)),

@@ -295,16 +295,9 @@ pub struct ModeWeights<'a> {
     pub mode: &'a str,
 }
 
-/// `quantized_matmul(x, w, scales, biases, transpose=true, group_size,
-/// bits, mode)` for any MLX mode: `x` is `[batch, w.cols]`; returns
-/// `[batch, w.rows]` as f32. (MLX 0.32.4's CPU has a kernel for every mode
-/// and affine width.)
-pub fn quantized_matmul_mode(
-    device: Device,
-    x: Floats<'_>,
-    batch: usize,
-    w: &ModeWeights<'_>,
-) -> Result<Vec<f32>, MlxError> {
+/// `w`'s words, scales and biases (none for the float modes) as MLX takes
+/// them, the shape and every length checked.
+fn mode_arrays<'a>(w: &'a ModeWeights<'a>) -> Result<(Arr<'a>, Arr<'a>, Arr<'a>), MlxError> {
     if w.group_size == 0 || w.cols == 0 || !w.cols.is_multiple_of(w.group_size) {
         return Err(MlxError::Shape(format!(
             "{} columns is not a positive multiple of the group size {}",
@@ -321,8 +314,6 @@ pub fn quantized_matmul_mode(
     let per_row = w.cols * w.bits as usize / 32;
     let groups = w.cols / w.group_size;
     expect_len("words", w.words.len(), w.rows.checked_mul(per_row))?;
-    expect_len("x", x.len(), batch.checked_mul(w.cols))?;
-    let xa = Arr::new(x.data(), &[batch, w.cols])?;
     let words = Arr::new(Data::U32(w.words), &[w.rows, per_row])?;
     let (scales, biases) = match &w.scales {
         ModeScales::Affine { scales, biases } => {
@@ -338,6 +329,22 @@ pub fn quantized_matmul_mode(
             (Arr::new(Data::U8(b), &[w.rows, groups])?, Arr::none())
         }
     };
+    Ok((words, scales, biases))
+}
+
+/// `quantized_matmul(x, w, scales, biases, transpose=true, group_size,
+/// bits, mode)` for any MLX mode: `x` is `[batch, w.cols]`; returns
+/// `[batch, w.rows]` as f32. (MLX 0.32.4's CPU has a kernel for every mode
+/// and affine width.)
+pub fn quantized_matmul_mode(
+    device: Device,
+    x: Floats<'_>,
+    batch: usize,
+    w: &ModeWeights<'_>,
+) -> Result<Vec<f32>, MlxError> {
+    let (words, scales, biases) = mode_arrays(w)?;
+    expect_len("x", x.len(), batch.checked_mul(w.cols))?;
+    let xa = Arr::new(x.data(), &[batch, w.cols])?;
     let y = backend::quantized_matmul(
         device,
         &xa,
@@ -404,43 +411,13 @@ pub fn dequantize_mode_rows(
     ids: &[i32],
     out: OutDtype,
 ) -> Result<Vec<f32>, MlxError> {
-    if w.group_size == 0 || w.cols == 0 || !w.cols.is_multiple_of(w.group_size) {
-        return Err(MlxError::Shape(format!(
-            "{} columns is not a positive multiple of the group size {}",
-            w.cols, w.group_size
-        )));
-    }
-    let packed_bits = w.cols.checked_mul(w.bits as usize);
-    if w.bits == 0 || packed_bits.is_none_or(|b| !b.is_multiple_of(32)) {
-        return Err(MlxError::Shape(format!(
-            "{} columns of {} bits do not fill whole 32-bit words",
-            w.cols, w.bits
-        )));
-    }
     if let Some(&bad) = ids.iter().find(|&&i| i < 0 || i as usize >= w.rows) {
         return Err(MlxError::Shape(format!(
             "row id {bad} is outside 0..{}",
             w.rows
         )));
     }
-    let per_row = w.cols * w.bits as usize / 32;
-    let groups = w.cols / w.group_size;
-    expect_len("words", w.words.len(), w.rows.checked_mul(per_row))?;
-    let words = Arr::new(Data::U32(w.words), &[w.rows, per_row])?;
-    let (scales, biases) = match &w.scales {
-        ModeScales::Affine { scales, biases } => {
-            expect_len("scales", scales.len(), w.rows.checked_mul(groups))?;
-            expect_len("biases", biases.len(), w.rows.checked_mul(groups))?;
-            (
-                Arr::new(scales.data(), &[w.rows, groups])?,
-                Arr::new(biases.data(), &[w.rows, groups])?,
-            )
-        }
-        ModeScales::Bytes(b) => {
-            expect_len("scales", b.len(), w.rows.checked_mul(groups))?;
-            (Arr::new(Data::U8(b), &[w.rows, groups])?, Arr::none())
-        }
-    };
+    let (words, scales, biases) = mode_arrays(w)?;
     let index = Arr::new(Data::I32(ids), &[ids.len()])?;
     let y = backend::dequantize(
         device,

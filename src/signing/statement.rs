@@ -207,6 +207,30 @@ pub fn decode_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// A resource `f` of file `path` under `name` is admitted once: its path
+/// relative and inside the folder, its name not listed before.
+fn admit(
+    f: &str,
+    path: &str,
+    name: &str,
+    seen: &mut std::collections::HashSet<String>,
+) -> Result<(), Finding> {
+    if !safe_path(path) {
+        return Err(Finding::error(
+            checks::OMS_PATH,
+            format!("{f} names {path:?}, which is not a relative path inside the model folder"),
+        )
+        .field(format!("{f}.name")));
+    }
+    if !seen.insert(name.to_string()) {
+        return Err(bad_manifest(
+            &format!("{f}.name"),
+            format!("{name:?} is listed twice"),
+        ));
+    }
+    Ok(())
+}
+
 /// A relative POSIX path that stays inside the folder: no root, no `..`,
 /// no empty or `.` component, no NUL or backslash.
 pub fn safe_path(p: &str) -> bool {
@@ -317,19 +341,7 @@ fn parse_v1(v: &Value) -> Result<Statement, Finding> {
                 (path.to_string(), Some((start, end)))
             }
         };
-        if !safe_path(&path) {
-            return Err(Finding::error(
-                checks::OMS_PATH,
-                format!("{f} names {path:?}, which is not a relative path inside the model folder"),
-            )
-            .field(format!("{f}.name")));
-        }
-        if !seen.insert(name.clone()) {
-            return Err(bad_manifest(
-                &format!("{f}.name"),
-                format!("{name:?} is listed twice"),
-            ));
-        }
+        admit(&f, &path, &name, &mut seen)?;
         resources.push(Resource {
             name,
             path,
@@ -458,19 +470,7 @@ fn parse_v0_1(v: &Value) -> Result<Statement, Finding> {
             get(get(s, &f, "digest")?, &format!("{f}.digest"), "sha256")?,
             32,
         )?;
-        if !safe_path(&name) {
-            return Err(Finding::error(
-                checks::OMS_PATH,
-                format!("{f} names {name:?}, which is not a relative path inside the model folder"),
-            )
-            .field(format!("{f}.name")));
-        }
-        if !seen.insert(name.clone()) {
-            return Err(bad_manifest(
-                &format!("{f}.name"),
-                format!("{name:?} is listed twice"),
-            ));
-        }
+        admit(&f, &name, &name, &mut seen)?;
         resources.push(Resource {
             path: name.clone(),
             name,
