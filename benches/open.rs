@@ -10,6 +10,10 @@ use std::hint::black_box;
 use bundlescope::format::{self, safetensors};
 use criterion::{Criterion, criterion_group, criterion_main};
 
+/// The binary's allocator (src/main.rs), so the figures are the app's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn bench(c: &mut Criterion) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("mlx");

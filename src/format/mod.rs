@@ -293,7 +293,14 @@ fn strip_zeros(s: &[u8]) -> &[u8] {
 pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     use std::cmp::Ordering;
     let (a, b) = (a.as_bytes(), b.as_bytes());
-    let (mut i, mut j) = (0, 0);
+    // Names share long prefixes (`model.layers.12.mlp.`): skip the equal
+    // bytes at once, back to the start of a digit run they end in, which
+    // compares the same from there as from the start.
+    let mut same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    while same > 0 && a[same - 1].is_ascii_digit() {
+        same -= 1;
+    }
+    let (mut i, mut j) = (same, same);
     while i < a.len() && j < b.len() {
         if a[i].is_ascii_digit() && b[j].is_ascii_digit() {
             let run =
@@ -360,6 +367,17 @@ mod tests {
         assert_eq!(natural_cmp("a.9", "a.10"), std::cmp::Ordering::Less);
         assert_eq!(natural_cmp("a", "a.0"), std::cmp::Ordering::Less);
         assert_ne!(natural_cmp("x1", "x01"), std::cmp::Ordering::Equal);
+        // Shared prefixes that end inside a digit run compare whole runs.
+        assert_eq!(
+            natural_cmp("layers.12.a", "layers.102.a"),
+            std::cmp::Ordering::Less
+        );
+        assert_eq!(natural_cmp("w10x", "w1y"), std::cmp::Ordering::Greater);
+        assert_eq!(natural_cmp("a007b", "a7c"), std::cmp::Ordering::Less);
+        assert_eq!(
+            natural_cmp("blk.19.q", "blk.1.q"),
+            std::cmp::Ordering::Greater
+        );
         // Without digits it is byte order.
         assert_eq!(natural_cmp("norm", "embed"), "norm".cmp("embed"));
     }

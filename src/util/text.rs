@@ -75,7 +75,11 @@ fn escape(s: &str, max: usize, lines: bool) -> Cow<'_, str> {
 /// The look of a name: invisible characters dropped, and letters that look
 /// like ASCII letters (Cyrillic, Greek, full-width forms, dotless i, …)
 /// folded to them; case and digits are left as they are (they look different). Two different names with the same skeleton display alike.
-pub fn skeleton(s: &str) -> String {
+pub fn skeleton(s: &str) -> Cow<'_, str> {
+    // Every invisible or folded character is outside ASCII.
+    if s.is_ascii() {
+        return Cow::Borrowed(s);
+    }
     s.chars()
         .filter(|&c| !is_invisible(c))
         .map(|c| {
@@ -122,7 +126,8 @@ pub fn skeleton(s: &str) -> String {
                 c => c,
             }
         })
-        .collect()
+        .collect::<String>()
+        .into()
 }
 
 /// Pairs of distinct names that display alike (same [`skeleton`]), first
@@ -131,7 +136,8 @@ pub fn lookalikes<'a>(
     names: impl IntoIterator<Item = &'a str>,
     max: usize,
 ) -> Vec<(&'a str, &'a str)> {
-    let mut seen: std::collections::HashMap<String, &'a str> = std::collections::HashMap::new();
+    let mut seen: std::collections::HashMap<Cow<'a, str>, &'a str> =
+        std::collections::HashMap::new();
     let mut out = Vec::new();
     for n in names {
         // Only names that hold something a skeleton changes can collide

@@ -203,7 +203,52 @@ pub(super) struct RowOutliers {
     /// The row's largest magnitude key so far ([`Self::see_halves`]).
     cur_key: u16,
     maxima: Vec<f32>,
-    hist: Vec<u32>,
+    hist: KeyCounts,
+}
+
+/// Counts of 15-bit magnitude keys: a short list while few distinct keys
+/// were seen (a checkpoint of 20,000 small tensors would otherwise zero
+/// 128 KiB per scales tensor), the full table beyond.
+#[derive(Default)]
+struct KeyCounts {
+    few: Vec<(u16, u32)>,
+    all: Vec<u32>,
+}
+
+impl KeyCounts {
+    /// Distinct keys kept in the list before the table is made.
+    const FEW: usize = 64;
+
+    #[inline]
+    fn add(&mut self, key: u16, n: u32) {
+        let key = key & 0x7fff;
+        if !self.all.is_empty() {
+            self.all[usize::from(key)] += n;
+        } else if let Some(e) = self.few.iter_mut().find(|e| e.0 == key) {
+            e.1 += n;
+        } else if self.few.len() < Self::FEW {
+            self.few.push((key, n));
+        } else {
+            self.all = vec![0; 1 << 15];
+            for (k, c) in self.few.drain(..) {
+                self.all[usize::from(k)] += c;
+            }
+            self.all[usize::from(key)] += n;
+        }
+    }
+
+    /// `(key, count)` in key order, counts > 0.
+    fn iter(&self) -> impl Iterator<Item = (u16, u32)> + '_ {
+        let mut few = self.few.clone();
+        few.sort_unstable();
+        let dense = self
+            .all
+            .iter()
+            .enumerate()
+            .filter(|&(_, &n)| n > 0)
+            .map(|(k, &n)| (k as u16, n));
+        few.into_iter().filter(|e| e.1 > 0).chain(dense)
+    }
 }
 
 impl RowOutliers {
@@ -215,7 +260,7 @@ impl RowOutliers {
             cur: 0.0,
             cur_key: 0,
             maxima: Vec::new(),
-            hist: vec![0; 1 << 15],
+            hist: KeyCounts::default(),
         }
     }
 
@@ -224,7 +269,7 @@ impl RowOutliers {
     fn see(&mut self, magnitude: f32, key: u16) {
         if magnitude.is_finite() {
             self.cur = self.cur.max(magnitude);
-            self.hist[usize::from(key & 0x7fff)] += 1;
+            self.hist.add(key, 1);
         }
         self.in_row += 1;
         if self.in_row == self.groups {
@@ -277,7 +322,7 @@ impl RowOutliers {
             if key >= inf {
                 continue;
             }
-            self.hist[usize::from(key)] += n;
+            self.hist.add(key, n);
             if key > 0 {
                 low = low.min(key);
                 high = high.max(key);
@@ -289,15 +334,15 @@ impl RowOutliers {
     /// Rows whose largest magnitude exceeds 8× the median; `value` turns a
     /// key back into its magnitude.
     fn count(&self, value: impl Fn(u16) -> f32) -> u64 {
-        let total: u64 = self.hist.iter().map(|&n| u64::from(n)).sum();
+        let total: u64 = self.hist.iter().map(|(_, n)| u64::from(n)).sum();
         if total == 0 {
             return 0;
         }
         let (mut seen, mut median) = (0u64, 0f32);
-        for (k, &n) in self.hist.iter().enumerate() {
+        for (k, n) in self.hist.iter() {
             seen += u64::from(n);
             if seen * 2 >= total {
-                median = value(k as u16);
+                median = value(k);
                 break;
             }
         }
@@ -519,10 +564,8 @@ impl AbsRange {
         let mut magnitudes: Vec<(f32, u64)> = Vec::new();
         match self.dtype {
             DenseDtype::F32 => {
-                for (k, &n) in self.rows.hist.iter().enumerate().skip(1) {
-                    if n > 0 {
-                        magnitudes.push((value(k as u16), u64::from(n)));
-                    }
+                for (k, n) in self.rows.hist.iter().filter(|&(k, _)| k > 0) {
+                    magnitudes.push((value(k), u64::from(n)));
                 }
             }
             _ => {
