@@ -334,3 +334,54 @@ fn reference_checkpoint_names_are_mapped_and_the_qk_permutation_undone() {
         ]
     );
 }
+
+/// MLX's loader reads `general.alignment` under a misspelt key, so on a
+/// file aligned to 64 it would read every tensor from the wrong place: the
+/// loader check does not run there, a note says why, and the exit code
+/// stays 0 (the matmul checks run and pass).
+#[test]
+fn loader_check_does_not_run_on_a_file_mlx_loader_would_misread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("a64.gguf");
+    let mut rng = bundlescope::sample::Rng::new(8);
+    let tensors = vec![sg::Tensor {
+        name: "blk.0.q4.weight".into(),
+        ty: GgmlType::Q4_0,
+        ne: vec![256, 4],
+        data: sg::random_blocks(GgmlType::Q4_0, 32, &mut rng),
+    }];
+    let mut kvs = sg::sample_kvs(3);
+    for kv in &mut kvs {
+        if kv.0 == "general.alignment" {
+            kv.1 = bundlescope::format::gguf::Value::U32(64);
+        }
+    }
+    std::fs::write(&file, sg::encode(&kvs, &tensors, 64)).unwrap();
+    assert_eq!(common::audit_json(&file).code, 0, "a valid file");
+    let run = cli(&["spotcheck", file.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let r = run.json();
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["kind"], "matmul");
+    assert_eq!(
+        r["notes"],
+        serde_json::json!([
+            "MLX's GGUF loader check not run: general.alignment is 64; MLX's loader (gguflib) reads only the default 32 right"
+        ])
+    );
+    // The same note for the one tensor.
+    let run = cli(&[
+        "spotcheck",
+        file.to_str().unwrap(),
+        "--tensor",
+        "blk.0.q4.weight",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stdout
+            .contains("note: MLX's GGUF loader check not run: general.alignment is 64"),
+        "{}",
+        run.stdout
+    );
+}
