@@ -52,7 +52,8 @@ pub const MLX_READS: [GgmlType; 8] = [
 ];
 
 /// The most memory the loader check may take for one file: the private
-/// copy of the file plus every array MLX's loader makes from it.
+/// copy of the file, every array MLX's loader makes from it, and the
+/// checked tensors' arrays copied back.
 pub const MAX_BYTES: u64 = 1 << 30;
 
 /// Does tensor `t` get the loader check? Q4_0, Q4_1 and Q8_0: the types
@@ -83,12 +84,15 @@ enum Refused {
     Failed(String),
 }
 
-/// The bytes MLX's loader allocates for a tensor of `ty` with `n` elements.
+/// The bytes MLX's loader allocates for a tensor of `ty` with `n` elements
+/// (`stored` bytes in the file), and for Q4_0/Q4_1/Q8_0 the copy the
+/// bridge hands back beside them.
 fn mlx_bytes(ty: GgmlType, n: u64, stored: u64) -> u64 {
     match ty {
         GgmlType::F32 | GgmlType::F16 => stored,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => n / 2 + n / 32 * 4,
-        GgmlType::Q8_0 => n + n / 32 * 4,
+        GgmlType::Q4_K => n / 2 + n / 32 * 4,
+        GgmlType::Q4_0 | GgmlType::Q4_1 => 2 * (n / 2 + n / 32 * 4),
+        GgmlType::Q8_0 => 2 * (n + n / 32 * 4),
         // gguf_tensor_to_f16: a float32 buffer, a float16 one, then MLX's copy.
         _ => n.saturating_mul(8),
     }
@@ -96,6 +100,11 @@ fn mlx_bytes(ty: GgmlType, n: u64, stored: u64) -> u64 {
 
 /// Why MLX's loader may not run on file `file` of `bundle`, or `None`.
 pub(super) fn refusal(bundle: &Bundle, file: usize) -> Option<String> {
+    refusal_within(bundle, file, MAX_BYTES)
+}
+
+/// [`refusal`] with a memory bound of `max_bytes`.
+fn refusal_within(bundle: &Bundle, file: usize, max_bytes: u64) -> Option<String> {
     if bundle
         .findings
         .iter()
@@ -132,11 +141,11 @@ pub(super) fn refusal(bundle: &Bundle, file: usize) -> Option<String> {
         let n = rows.saturating_mul(cols);
         total = total.saturating_add(mlx_bytes(ty, n, t.bytes.unwrap_or(0)));
     }
-    (total > MAX_BYTES).then(|| {
+    (total > max_bytes).then(|| {
         format!(
             "MLX's loader copies every tensor of {name}: about {} MiB with this check's private copy of the file, over the {} MiB it may take",
-            total >> 20,
-            MAX_BYTES >> 20
+            total.div_ceil(1 << 20),
+            max_bytes >> 20
         )
     })
 }
@@ -374,4 +383,57 @@ pub(super) fn check(
         pass,
         findings,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::gguf as sg;
+
+    fn one_file(tensors: &[sg::Tensor]) -> (tempfile::TempDir, Bundle) {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("m.gguf");
+        std::fs::write(&file, sg::encode(&sg::sample_kvs(3), tensors, 32)).unwrap();
+        let bundle = crate::format::open(&file).unwrap();
+        (tmp, bundle)
+    }
+
+    fn tensor(name: &str, ty: GgmlType, rows: u64) -> sg::Tensor {
+        let mut rng = crate::sample::Rng::new(1);
+        let blocks = (rows * 256 / ty.block_size()) as usize;
+        sg::Tensor {
+            name: name.into(),
+            ty,
+            ne: vec![256, rows],
+            data: sg::random_blocks(ty, blocks, &mut rng),
+        }
+    }
+
+    #[test]
+    fn the_memory_bound_counts_the_copy_and_mlx_arrays() {
+        let (_tmp, b) = one_file(&[
+            tensor("a.weight", GgmlType::Q8_0, 64),
+            tensor("b.weight", GgmlType::Q6_K, 64),
+        ]);
+        let file_len = std::fs::metadata(&b.files[0].path).unwrap().len();
+        let n = 64 * 256;
+        // Q8_0: words and scales/biases in MLX and in the copy handed back;
+        // Q6_K: dequantized to float16 through a float32 buffer.
+        let need = file_len + 2 * (n + n / 32 * 4) + 8 * n;
+        assert_eq!(refusal_within(&b, 0, need), None);
+        let why = refusal_within(&b, 0, need - 1).expect("over the bound");
+        assert!(why.contains("copies every tensor of m.gguf"), "{why}");
+    }
+
+    #[test]
+    fn types_mlx_cannot_read_keep_its_loader_off() {
+        let (_tmp, b) = one_file(&[
+            tensor("a.weight", GgmlType::Q4_0, 4),
+            tensor("b.weight", GgmlType::Q5_K, 4),
+        ]);
+        let why = refusal(&b, 0).expect("Q5_K");
+        assert!(why.contains("holds Q5_K tensors (b.weight)"), "{why}");
+        let (_tmp, b) = one_file(&[tensor("a.weight", GgmlType::Q4_0, 4)]);
+        assert_eq!(refusal(&b, 0), None);
+    }
 }
