@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 . scripts/platform.sh
 # GGUF files written by llama.cpp's converter (vocabulary-only), pinned.
 ./scripts/fetch-llamacpp-vocab.sh
+# GGUF files with quantized tensors written by llama.cpp's own quantizers
+# (ggml's base library built from the same pinned sdist, about 45 s once).
+./scripts/make-llamacpp-gguf.sh
 
 # Snapshot tests render the real app on a CPU adapter: Mesa's lavapipe
 # (Vulkan) on Linux. macOS renders through Metal and needs nothing.

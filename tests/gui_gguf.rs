@@ -103,6 +103,9 @@ fn dropping_a_gguf_shows_its_metadata_tree_and_a_q4_k_histogram() {
             .is_some(),
         "the dmin line counts one per block"
     );
+    // A type bundlescope lists and size-checks only says so.
+    g.select("blk.1.ffn_gate_exps.weight");
+    assert!(g.shows("IQ4_XS: listed and size-checked, not decoded by bundlescope"));
 }
 
 #[test]

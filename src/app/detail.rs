@@ -88,6 +88,18 @@ pub(super) fn detail_ui(
     if super::nvfp4::is_member(b, i) {
         super::nvfp4::panel_ui(ui, nvfp4, s, i, tx);
     }
+    if let Some(crate::format::Layout::Gguf { ty, .. }) = t.layout
+        && !ty.decoded()
+    {
+        ui.add_space(6.0);
+        ui.label(
+            RichText::new(format!(
+                "{}: listed and size-checked, not decoded by bundlescope",
+                ty.name()
+            ))
+            .weak(),
+        );
+    }
     if let Some(stats) = s.model.stats.get(i).and_then(Option::as_ref) {
         ui.add_space(6.0);
         super::histograms::stats_ui(ui, &format!("t{i}"), stats, tx);

@@ -129,7 +129,11 @@ fn one(bundle: &Bundle, name: &str, opts: &Options) -> Result<Report> {
         start,
         cancelled: false,
     };
-    Ok(Report::new(bundle, opts, info, results, Vec::new()))
+    let mut report = Report::new(bundle, opts, info, results, Vec::new());
+    report
+        .notes
+        .extend(spotcheck::loader_not_run(bundle, index));
+    Ok(report)
 }
 
 fn all(bundle: &Bundle, opts: &Options) -> Result<Report, SpotError> {
@@ -196,6 +200,9 @@ fn print_table(r: &Report) {
     for s in &r.skipped {
         println!("{:<width$}  skipped: {}", s.tensor, s.reason);
     }
+    for n in &r.notes {
+        println!("note: {n}");
+    }
     for x in &r.results {
         for f in &x.findings {
             println!("{}: {} [{}]", f.severity.as_str(), f.message, x.tensor);
@@ -214,13 +221,19 @@ fn print_table(r: &Report) {
 fn row(x: &SpotResult, width: usize, with_ref: bool) -> String {
     let gf = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
     let kind = x.check_label();
+    // MLX's GGUF loader check multiplies nothing: no x, no batch.
+    let (dtype, batch) = if x.kind == spotcheck::Kind::Loader {
+        ("-".to_string(), "-".to_string())
+    } else {
+        (x.dtype.as_str().to_string(), x.batch.to_string())
+    };
     let mut s = format!(
         "{:<width$}  {:<10} {:<8} {:>4} {:>5} {:>11}  {:>9.2e} {:>9.2e} {:>10.7} {:>8.2} {:>8} {:>8}",
         x.tensor,
         kind,
         x.precision,
-        x.dtype.as_str(),
-        x.batch,
+        dtype,
+        batch,
         format!("{}/{}", x.rows_checked, x.shape[0]),
         x.rel_err,
         x.max_abs_err,

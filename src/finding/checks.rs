@@ -187,6 +187,7 @@ checks! {
     SPOTCHECK_MLX = "spotcheck.mlx": "MLX's quantized_matmul of the packed bytes agrees with the decoder's f64 product within the dtype's tolerance";
     SPOTCHECK_EMBEDDING = "spotcheck.embedding": "the tied embedding's rows gathered through MLX's dequantize equal the decoder's bit for bit";
     SPOTCHECK_REFERENCE = "spotcheck.reference": "against the reference checkpoint, the output error and the worst group stay within the precision's bounds";
+    SPOTCHECK_GGUF_LOADER = "spotcheck.gguf_loader": "each GGUF Q4_0/Q4_1/Q8_0 tensor's words, scales and biases as MLX's own GGUF loader (load_gguf) returns them equal bundlescope's reading bit for bit";
 }
 
 #[cfg(test)]

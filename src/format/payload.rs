@@ -343,7 +343,7 @@ impl<B: Deref<Target = Bundle>> Payload<B> {
     /// All bytes of payload file `file` (an index into [`Bundle::files`]),
     /// mapping it on first use. `tensor` names the tensor the bytes are for
     /// in the error when the bundle does not list the file.
-    fn file_bytes(&self, file: usize, tensor: &str) -> Result<&[u8], PayloadError> {
+    pub fn file_bytes(&self, file: usize, tensor: &str) -> Result<&[u8], PayloadError> {
         let (Some(info), Some(slot)) = (self.bundle.files.get(file), self.maps.get(file)) else {
             return Err(PayloadError::NoFile {
                 tensor: tensor.to_string(),

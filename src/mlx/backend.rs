@@ -173,6 +173,21 @@ pub(super) fn gather_qmm(
     })
 }
 
+pub(super) fn load_gguf_affine(path: &str, names: &[String]) -> Result<Vec<GgufAffine>, MlxError> {
+    let got = locked(|| ffi::load_gguf_affine(path, names))?;
+    Ok(got
+        .into_iter()
+        .map(|t| GgufAffine {
+            name: t.name,
+            found: t.found,
+            shape: t.shape,
+            words: t.words,
+            scales: t.scales,
+            biases: t.biases,
+        })
+        .collect())
+}
+
 pub(super) fn matmul_nt(device: Device, x: &Arr<'_>, w: &Arr<'_>) -> Result<Vec<f32>, MlxError> {
     locked(|| ffi::matmul_nt(device.code(), &arg(x), &arg(w)))
 }

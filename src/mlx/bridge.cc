@@ -14,6 +14,7 @@
 #include "bundlescope/src/mlx/bridge.rs.h"
 #include "mlx/array.h"
 #include "mlx/device.h"
+#include "mlx/io.h"
 #include "mlx/ops.h"
 #include "mlx/transforms.h"
 #include "mlx/version.h"
@@ -127,7 +128,7 @@ rust::Vec<float> to_vec(const mx::array& y, const mx::StreamOrDevice& s) {
 template <typename T>
 rust::Vec<T> copy_out(const mx::array& a, mx::Dtype dtype, const mx::StreamOrDevice& s) {
   mx::array out = mx::contiguous(mx::flatten(a, s), false, s);
-  if (out.dtype() != dtype) throw std::runtime_error("quantize returned an unexpected dtype");
+  if (out.dtype() != dtype) throw std::runtime_error("MLX returned an unexpected dtype");
   mx::eval({out});
   rust::Vec<T> v;
   v.reserve(out.size());
@@ -214,6 +215,39 @@ rust::Vec<float> gather_qmm(int32_t device, const ArrayArg& x, const ArrayArg& w
                           optional(rhs_indices), /*transpose=*/true, group_size, bits,
                           std::string(mode), gs, /*sorted_indices=*/false, s);
   return to_vec(y, s);
+}
+
+rust::Vec<GgufAffine> load_gguf_affine(rust::Str path, rust::Slice<const rust::String> names) {
+  mx::StreamOrDevice cpu = mx::Device(mx::Device::cpu);
+  auto loaded = mx::load_gguf(std::string(path), cpu);
+  auto& arrays = loaded.first;
+  rust::Vec<GgufAffine> out;
+  for (const rust::String& n : names) {
+    std::string name(n);
+    GgufAffine t;
+    t.name = n;
+    t.found = false;
+    auto w = arrays.find(name);
+    // load_gguf files a quantized tensor's scales and biases under its name
+    // less its last 7 characters (".weight") plus ".scales" / ".biases".
+    std::string stem = name.size() >= 7 ? name.substr(0, name.size() - 7) : name;
+    auto s = arrays.find(stem + ".scales");
+    auto b = arrays.find(stem + ".biases");
+    if (w != arrays.end() && s != arrays.end() && b != arrays.end()) {
+      if (w->second.dtype() != mx::uint32 || s->second.dtype() != mx::float16 ||
+          b->second.dtype() != mx::float16) {
+        throw std::runtime_error("load_gguf returned " + name +
+                                 " in unexpected dtypes (not uint32 words, float16 scales and biases)");
+      }
+      t.found = true;
+      for (int d : w->second.shape()) t.shape.push_back(d);
+      t.words = copy_out<uint32_t>(w->second, mx::uint32, cpu);
+      t.scales = copy_out<uint16_t>(mx::view(s->second, mx::uint16, cpu), mx::uint16, cpu);
+      t.biases = copy_out<uint16_t>(mx::view(b->second, mx::uint16, cpu), mx::uint16, cpu);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
 }
 
 rust::Vec<float> matmul_nt(int32_t device, const ArrayArg& x, const ArrayArg& w) {

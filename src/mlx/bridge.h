@@ -9,6 +9,7 @@ namespace bundlescope_mlx {
 
 struct ArrayArg;
 struct Quantized;
+struct GgufAffine;
 
 rust::String version();
 rust::String default_device();
@@ -30,6 +31,8 @@ rust::Vec<float> gather_qmm(int32_t device, const ArrayArg& x, const ArrayArg& w
                             const ArrayArg& scales, const ArrayArg& biases,
                             const ArrayArg& global_scale, const ArrayArg& rhs_indices,
                             int32_t group_size, int32_t bits, rust::Str mode);
+
+rust::Vec<GgufAffine> load_gguf_affine(rust::Str path, rust::Slice<const rust::String> names);
 
 rust::Vec<float> matmul_nt(int32_t device, const ArrayArg& x, const ArrayArg& w);
 

@@ -28,6 +28,19 @@ pub(super) mod ffi {
         biases: Vec<f32>,
     }
 
+    /// One quantized tensor as MLX's GGUF loader returns it: `weight`
+    /// (uint32 words), `scales` and `biases` (float16 bits), found under
+    /// the names `load_gguf` gives them; `found` false when it returned no
+    /// such weight.
+    struct GgufAffine {
+        name: String,
+        found: bool,
+        shape: Vec<i64>,
+        words: Vec<u32>,
+        scales: Vec<u16>,
+        biases: Vec<u16>,
+    }
+
     unsafe extern "C++" {
         include!("bundlescope/src/mlx/bridge.h");
 
@@ -91,6 +104,11 @@ pub(super) mod ffi {
             bits: i32,
             mode: &str,
         ) -> Result<Vec<f32>>;
+
+        /// `load_gguf(path)` on the CPU (every tensor of the file, as MLX
+        /// loads it), then, for each of `names`, its weight, scales and
+        /// biases.
+        fn load_gguf_affine(path: &str, names: &[String]) -> Result<Vec<GgufAffine>>;
 
         /// `x @ w.T` in f32 (`x` [batch, k], `w` [n, k]).
         fn matmul_nt(device: i32, x: &ArrayArg, w: &ArrayArg) -> Result<Vec<f32>>;

@@ -621,6 +621,41 @@ pub fn nvfp4_matmul(
     Ok((y, Nvfp4Path::DequantizeMatmul))
 }
 
+/// One Q4_0/Q4_1/Q8_0 (or Q4_K) tensor as MLX's GGUF loader
+/// (`mlx::core::load_gguf`, behind `mx.load("x.gguf")`) returns it: affine
+/// uint32 words (4 or 8 bits, groups of 32) with float16 scales and
+/// biases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GgufAffine {
+    /// The tensor's name in the file.
+    pub name: String,
+    /// Whether the loader returned a weight, scales and biases for it.
+    pub found: bool,
+    /// The words' shape (MLX order).
+    pub shape: Vec<i64>,
+    /// Packed codes, LSB first.
+    pub words: Vec<u32>,
+    /// float16 bits, one per group of 32.
+    pub scales: Vec<u16>,
+    /// float16 bits, one per group of 32.
+    pub biases: Vec<u16>,
+}
+
+/// `mlx::core::load_gguf(path)` on the CPU, and the weight, scales and
+/// biases it returns for each of `names`. MLX's loader reads the whole file
+/// (through gguflib, which opens it read-write and checks no bounds) and
+/// copies every tensor: callers hand it a private copy of a file they have
+/// validated and sized (see `spotcheck`).
+pub fn load_gguf_affine(
+    path: &std::path::Path,
+    names: &[String],
+) -> Result<Vec<GgufAffine>, MlxError> {
+    let path = path
+        .to_str()
+        .ok_or_else(|| MlxError::Shape(format!("{} is not UTF-8", path.display())))?;
+    backend::load_gguf_affine(path, names)
+}
+
 /// `x @ w.T` in f32: `x` `[batch, k]`, `w` `[n, k]`; returns `[batch, n]`.
 pub fn matmul_nt(
     device: Device,

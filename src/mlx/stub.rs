@@ -1,7 +1,7 @@
 //! Without the bridge: every call says how to get it.
 
 use super::args::Arr;
-use super::{Device, MlxError};
+use super::{Device, GgufAffine, MlxError};
 
 pub(super) struct Quantized {
     pub(super) words: Vec<u32>,
@@ -34,4 +34,5 @@ not_built! {
         Device, &Arr<'_>, &Arr<'_>, &Arr<'_>, &Arr<'_>, &Arr<'_>, &Arr<'_>, i32, i32, &str
     ) -> Vec<f32>;
     matmul_nt(Device, &Arr<'_>, &Arr<'_>) -> Vec<f32>;
+    load_gguf_affine(&str, &[String]) -> Vec<GgufAffine>;
 }

@@ -26,10 +26,10 @@ pub(super) fn checkable(layout: Option<Layout>) -> bool {
 }
 
 /// A block's MLX affine bias from its `d` and `m` (as f32).
-type Bias = fn(f32, f32) -> f32;
+pub(super) type Bias = fn(f32, f32) -> f32;
 
 /// Affine bits and the bias of a block for the types MLX quantises the same way.
-fn affine(ty: GgmlType) -> Option<(u32, Bias)> {
+pub(super) fn affine(ty: GgmlType) -> Option<(u32, Bias)> {
     match ty {
         GgmlType::Q4_0 => Some((4, |d, _| -8.0 * d)),
         GgmlType::Q4_1 => Some((4, |_, m| m)),
@@ -39,7 +39,12 @@ fn affine(ty: GgmlType) -> Option<(u32, Bias)> {
 }
 
 /// MLX's affine words, scales and biases of whole Q4_0/Q4_1/Q8_0 rows.
-fn to_affine(ty: GgmlType, bits: u32, bias: Bias, rows: &[u8]) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+pub(super) fn to_affine(
+    ty: GgmlType,
+    bits: u32,
+    bias: Bias,
+    rows: &[u8],
+) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
     let ts = ty.type_size() as usize;
     let blocks = rows.len() / ts;
     let mut words = Vec::with_capacity(blocks * 32 * bits as usize / 32);

@@ -24,6 +24,7 @@
 //! The bundle is only read: its payload is mapped read-only.
 
 mod gguf;
+mod gguf_loader;
 mod gguf_reference;
 mod mlxlm;
 pub mod nvfp4;
@@ -48,9 +49,10 @@ pub use reference::{Agreement, Checkpoint, Quality, Thresholds};
 pub use sampling::{random_x, sample_rows};
 
 pub use crate::finding::checks::{
-    SPOTCHECK_EMBEDDING as CHECK_EMBEDDING, SPOTCHECK_MLX as CHECK_MLX,
-    SPOTCHECK_REFERENCE as CHECK_REFERENCE,
+    SPOTCHECK_EMBEDDING as CHECK_EMBEDDING, SPOTCHECK_GGUF_LOADER as CHECK_GGUF_LOADER,
+    SPOTCHECK_MLX as CHECK_MLX, SPOTCHECK_REFERENCE as CHECK_REFERENCE,
 };
+pub use gguf_loader::{MAX_BYTES as GGUF_LOADER_MAX_BYTES, MLX_READS as GGUF_LOADER_TYPES};
 
 /// Tolerance on the relative error for float32 inputs.
 pub const TOL_F32: f64 = 1e-5;
@@ -165,6 +167,9 @@ pub enum Kind {
     Matmul,
     /// Embedding rows gathered through MLX against the decoder's rows.
     Embedding,
+    /// A GGUF Q4_0/Q4_1/Q8_0 tensor as MLX's own GGUF loader reads it
+    /// against bundlescope's reading (words, scales, biases).
+    Loader,
 }
 
 /// One spot check of one tensor.
@@ -245,6 +250,9 @@ pub struct Report {
     pub results: Vec<SpotResult>,
     /// Packed tensors not checked (broken metadata, reserved codes).
     pub skipped: Vec<Skipped>,
+    /// Checks not run for a reason that is no fault of the bundle (MLX's
+    /// GGUF loader refused by the bounds it runs under), once per reason.
+    pub notes: Vec<String>,
     /// Tensors of the reference checkpoint the bundle does not have (listed,
     /// not an error: a quantized checkpoint may drop or rename some).
     pub reference_only: Vec<String>,
@@ -300,6 +308,7 @@ impl Report {
             passed,
             results,
             skipped,
+            notes: Vec::new(),
             cancelled: info.cancelled,
             duration_s: info.start.elapsed().as_secs_f64(),
         }
@@ -313,6 +322,7 @@ impl SpotResult {
             (Some(e), _) => format!("expert {e}"),
             (None, Kind::Matmul) => "matmul".into(),
             (None, Kind::Embedding) => "embedding".into(),
+            (None, Kind::Loader) => "loader".into(),
         }
     }
 }
@@ -416,6 +426,27 @@ pub enum SpotError {
     /// Options out of range.
     #[error("{0}")]
     Options(String),
+    /// MLX's GGUF loader may not run on this tensor's file (see
+    /// [`gguf_loader`]): a note, not a skipped check.
+    #[error("tensor {tensor}: MLX's GGUF loader was not run: {reason}")]
+    LoaderNotRun {
+        /// Tensor name.
+        tensor: String,
+        /// Which bound stopped it.
+        reason: String,
+    },
+}
+
+/// Why MLX's GGUF loader check of tensor `index` would not run (its file
+/// breaks a bound of [`gguf_loader`]), or `None` (it would, or the tensor
+/// gets no such check).
+pub fn loader_not_run(bundle: &Bundle, index: usize) -> Option<String> {
+    let t = bundle.tensors.get(index)?;
+    if !gguf_loader::checkable(t.layout) {
+        return None;
+    }
+    gguf_loader::refusal(bundle, t.file)
+        .map(|why| format!("MLX's GGUF loader check not run: {why}"))
 }
 
 /// The device name and MLX version a run reports, or why MLX cannot run.
@@ -435,7 +466,8 @@ pub struct Planned {
 }
 
 /// The checks [`run_all`] makes, in bundle order: every packed tensor's
-/// matmul check, the embedding check after the tied embedding's, and for
+/// matmul check, the embedding check after the tied embedding's, the MLX
+/// GGUF loader check after a GGUF Q4_0/Q4_1/Q8_0 tensor's, and for
 /// stacked NVFP4 weights one matmul check per expert (or only
 /// `opts.expert`).
 pub fn plan(bundle: &Bundle, opts: &Options) -> Vec<Planned> {
@@ -482,7 +514,11 @@ fn plan_tensor(bundle: &Bundle, i: usize, opts: &Options) -> Vec<Planned> {
         };
     }
     if gguf::checkable(t.layout) {
-        return vec![one(Kind::Matmul, None)];
+        let mut out = vec![one(Kind::Matmul, None)];
+        if gguf_loader::checkable(t.layout) {
+            out.push(one(Kind::Loader, None));
+        }
+        return out;
     }
     if t.precision.packed().is_none() {
         return Vec::new();
@@ -522,6 +558,8 @@ pub fn run_all(
     let mut results = Vec::new();
     let mut skipped = Vec::new();
     let mut cancelled = false;
+    let mut loaded = gguf_loader::Loaded::default();
+    let mut notes: Vec<String> = Vec::new();
     for (done, p) in plan.iter().enumerate() {
         let name = &bundle.tensors[p.index].name;
         if cancel.is_cancelled() {
@@ -533,9 +571,15 @@ pub fn run_all(
             total: plan.len(),
             tensor: name,
         });
-        match check(&payload, p, opts, &device) {
+        match check(&payload, p, opts, &device, &mut loaded) {
             Ok(r) => results.push(r),
             Err(SpotError::Mlx(e @ MlxError::NotBuilt)) => return Err(e.into()),
+            Err(SpotError::LoaderNotRun { reason, .. }) => {
+                let note = format!("MLX's GGUF loader check not run: {reason}");
+                if !notes.contains(&note) {
+                    notes.push(note);
+                }
+            }
             Err(e) => skipped.push(Skipped {
                 tensor: match p.expert {
                     Some(x) => format!("{name} (expert {x})"),
@@ -556,13 +600,15 @@ pub fn run_all(
         start,
         cancelled,
     };
-    Ok(Report::new(bundle, opts, info, results, skipped))
+    let mut report = Report::new(bundle, opts, info, results, skipped);
+    report.notes = notes;
+    Ok(report)
 }
 
 /// Every check of tensor `index` (an alias checks its target): its matmul
 /// check, the embedding check for the tied embedding, one check per expert
-/// (or only `opts.expert`) for stacked NVFP4 weights. Fails on the first
-/// check that cannot run.
+/// (or only `opts.expert`) for stacked NVFP4 weights, MLX's GGUF loader
+/// check where it may run. Fails on the first check that cannot run.
 pub fn run_tensor(
     bundle: &Bundle,
     index: usize,
@@ -583,9 +629,12 @@ pub fn run_tensor(
         });
     }
     let payload = Payload::open(bundle);
+    let mut loaded = gguf_loader::Loaded::default();
+    // A loader check that may not run is left out ([`loader_not_run`] says why).
     planned
         .iter()
-        .map(|p| check(&payload, p, opts, &device))
+        .map(|p| check(&payload, p, opts, &device, &mut loaded))
+        .filter(|r| !matches!(r, Err(SpotError::LoaderNotRun { .. })))
         .collect()
 }
 
@@ -613,11 +662,14 @@ fn check(
     p: &Planned,
     opts: &Options,
     device: &str,
+    loaded: &mut gguf_loader::Loaded,
 ) -> Result<SpotResult, SpotError> {
     if mlxlm::is_mlx(&payload.bundle().tensors[p.index]) {
         return match p.kind {
             Kind::Matmul => mlxlm::check(payload, p.index, p.expert, opts, device),
             Kind::Embedding => mlxlm::embedding_check(payload, p.index, opts, device),
+            // Only GGUF tensors get it, and gguf_loader refuses the rest.
+            Kind::Loader => gguf_loader::check(payload, p.index, loaded),
         };
     }
     if let Some(e) = p.expert {
@@ -625,7 +677,13 @@ fn check(
     }
     let t = payload.bundle().tensor(p.index)?;
     if gguf::checkable(t.layout) {
-        return gguf::matmul_check(payload, p.index, opts, device);
+        return match p.kind {
+            Kind::Loader => gguf_loader::check(payload, p.index, loaded),
+            _ => gguf::matmul_check(payload, p.index, opts, device),
+        };
+    }
+    if p.kind == Kind::Loader {
+        return gguf_loader::check(payload, p.index, loaded);
     }
     let g = packed::gather(payload, p.index, opts)?;
     let words =
@@ -635,6 +693,6 @@ fn check(
         })?;
     match p.kind {
         Kind::Matmul => packed::matmul_check(t, &g, &words, opts, device),
-        Kind::Embedding => packed::embedding_check(t, &g, &words, opts, device),
+        Kind::Embedding | Kind::Loader => packed::embedding_check(t, &g, &words, opts, device),
     }
 }

@@ -106,6 +106,7 @@ fn base_result(
         mlx_op: match kind {
             Kind::Matmul => "quantized_matmul",
             Kind::Embedding => "dequantize",
+            Kind::Loader => "load_gguf",
         }
         .to_string(),
         precision: g.kind.precision().as_str().to_string(),

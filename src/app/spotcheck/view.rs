@@ -253,16 +253,24 @@ fn results_table_ui(
                     });
                 }
                 row.col(|ui| {
-                    ui.label(r.check_label()).on_hover_text(format!(
-                        "{} · {} x · batch {} · rows {}/{} · MLX {} on {}",
-                        r.precision,
-                        r.dtype.as_str(),
-                        r.batch,
-                        r.rows_checked,
-                        r.shape[0],
-                        r.mlx_op,
-                        r.device
-                    ));
+                    let hover = if r.kind == crate::spotcheck::Kind::Loader {
+                        format!(
+                            "{} · words, scales and biases of {} rows against MLX's own GGUF loader ({}) on {}",
+                            r.precision, r.rows_checked, r.mlx_op, r.device
+                        )
+                    } else {
+                        format!(
+                            "{} · {} x · batch {} · rows {}/{} · MLX {} on {}",
+                            r.precision,
+                            r.dtype.as_str(),
+                            r.batch,
+                            r.rows_checked,
+                            r.shape[0],
+                            r.mlx_op,
+                            r.device
+                        )
+                    };
+                    ui.label(r.check_label()).on_hover_text(hover);
                 });
                 if full {
                     row.col(|ui| {
@@ -415,6 +423,9 @@ pub fn central_ui(
             RichText::new(format!("skipped {}: {}", s.tensor, s.reason))
                 .color(ui.visuals().warn_fg_color),
         );
+    }
+    for n in &r.notes {
+        ui.label(RichText::new(n).weak());
     }
     let results = r.results.clone();
     if let Some(b) = bundle {

@@ -59,6 +59,28 @@ pub fn run(a: Args) -> Result<i32> {
 fn one(bundle: &Bundle, index: usize, json_out: bool) -> Result<i32> {
     let t = bundle.tensor(index)?;
     layout_of(t)?;
+    if let Some(Layout::Gguf { ty, .. }) = t.layout
+        && !ty.decoded()
+    {
+        // Listed and size-checked by the audit; no codes or scales to count.
+        let note = format!(
+            "{} tensors are listed and size-checked, not decoded by bundlescope",
+            ty.name()
+        );
+        if json_out {
+            let o = json!({"tensor": t.name, "precision": ty.name(), "shape": t.shape,
+                "ne": t.record["ne"], "decoded": false, "note": note});
+            println!("{}", serde_json::to_string_pretty(&o)?);
+        } else {
+            println!(
+                "{}\n  {} · {} · not decoded: {note}",
+                t.name,
+                ty.name(),
+                t.shape_text()
+            );
+        }
+        return Ok(super::EXIT_OK);
+    }
     let payload = Payload::open(bundle);
     let out = scan(index, t, payload.tensor_bytes(index)?)?;
     warn_findings(&out);

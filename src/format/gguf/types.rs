@@ -1,7 +1,12 @@
 //! The ggml tensor types a GGUF file may name: their numbers (as in
 //! llama.cpp's `ggml.h` and gguf-py's `GGMLQuantizationType`), names, block
 //! sizes and bytes per block. Numbers ggml retired (4, 5, 31–33, 36–38) are
-//! unknown here, as they are to today's loaders.
+//! unknown here, as they are to today's loaders. Where gguf-py and ggml
+//! disagree, ggml (the loader that runs the file) wins: Q8_1 is 36 bytes
+//! (two F16s and 32 int8, `block_q8_1` in ggml-common.h), not gguf-py
+//! 0.19's 40; Q2_0 (42) is in ggml.h and not yet in gguf-py.
+//! tests/gguf_llamacpp.rs holds this table against ggml's own, printed by
+//! the llama.cpp build of scripts/make-llamacpp-gguf.sh.
 
 use serde::Serialize;
 
@@ -67,7 +72,7 @@ ggml_types! {
     Q5_0 = 6, "Q5_0", 32, 2 + 4 + 16, true;
     Q5_1 = 7, "Q5_1", 32, 2 + 2 + 4 + 16, true;
     Q8_0 = 8, "Q8_0", 32, 2 + 32, true;
-    Q8_1 = 9, "Q8_1", 32, 4 + 4 + 32, false;
+    Q8_1 = 9, "Q8_1", 32, 2 + 2 + 32, false;
     Q2_K = 10, "Q2_K", 256, 2 + 2 + QK_K / 16 + QK_K / 4, true;
     Q3_K = 11, "Q3_K", 256, 2 + QK_K / 4 + QK_K / 8 + 12, true;
     Q4_K = 12, "Q4_K", 256, 2 + 2 + QK_K / 2 + 12, true;
@@ -94,6 +99,7 @@ ggml_types! {
     MXFP4 = 39, "MXFP4", 32, 1 + 16, true;
     NVFP4 = 40, "NVFP4", 64, 4 + 32, true;
     Q1_0 = 41, "Q1_0", 128, 2 + 16, false;
+    Q2_0 = 42, "Q2_0", 64, 2 + 16, false;
 }
 
 impl GgmlType {
@@ -119,10 +125,11 @@ mod tests {
             assert_eq!(GgmlType::from_u32(t.number()), Some(t));
             assert!(t.type_size() > 0 && t.block_size() > 0);
         }
-        for n in [4, 5, 31, 32, 33, 36, 37, 38, 42, 1000] {
+        for n in [4, 5, 31, 32, 33, 36, 37, 38, 43, 1000] {
             assert_eq!(GgmlType::from_u32(n), None, "{n}");
         }
-        assert_eq!(GgmlType::ALL.len(), 34);
+        assert_eq!(GgmlType::ALL.len(), 35);
+        assert_eq!(GgmlType::Q8_1.type_size(), 36);
         assert_eq!(GgmlType::Q6_K.type_size(), 210);
         assert_eq!(GgmlType::Q4_K.type_size(), 144);
     }
