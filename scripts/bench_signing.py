@@ -2,9 +2,13 @@
 """Signature benchmark: verifying an OMS-signed bundle (audit + signature +
 every digest) vs `openssl dgst -sha256` of its payload, side by side.
 
-    python3 scripts/bench_signing.py [--size-mib 2048] [--runs 3] [--shard-mib 256] [--bin PATH]
+    python3 scripts/bench_signing.py [--size-mib 2048] [--runs 3] [--shard-mib 256]
+                                     [--format audio8|gguf] [--bin PATH]
 
-Writes a sample bundle of about --size-mib MiB (once, into bench-out/),
+Writes a sample bundle of about --size-mib MiB (once, into bench-out/;
+audio8 by default, whose manifest gives the payload's SHA-256, so the pass
+still hashes it whole; gguf carries no whole-file digest, so with shards
+the pass leaves the whole-file hash out and only the shards are hashed),
 signs it with the real model-signing tool (.pydeps-oms; see
 scripts/install-mlx.sh) twice with a P-256 key, once by files and once by
 --shard-mib shards (the signatures kept beside the folder and passed with
@@ -38,15 +42,18 @@ def main():
     ap.add_argument("--size-mib", type=int, default=2048)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--shard-mib", type=int, default=256)
+    ap.add_argument("--format", choices=["audio8", "gguf"], default="audio8")
     ap.add_argument("--bin", default=str(ROOT / "target" / "release" / "bundlescope"))
     args = ap.parse_args()
     binary = args.bin
-    base = ROOT / "bench-out" / f"signed-{args.size_mib}"
+    base = ROOT / "bench-out" / f"signed-{args.format}-{args.size_mib}"
     out = base / "model"
-    if not (out / "manifest.json").exists():
+    payload = out / ("model.gguf" if args.format == "gguf" else "weights.bin")
+    if not payload.exists():
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir(parents=True)
-        subprocess.run([binary, "sample", str(out), "--size-mib", str(args.size_mib)], check=True,
+        extra = ["--format", "gguf"] if args.format == "gguf" else []
+        subprocess.run([binary, "sample", str(out), "--size-mib", str(args.size_mib)] + extra, check=True,
                        stdout=subprocess.DEVNULL)
     env = dict(os.environ, PYTHONPATH=str(ROOT / ".pydeps-oms"))
     helper = [sys.executable, str(ROOT / "tests" / "oms" / "oms.py")]
@@ -60,7 +67,6 @@ def main():
             subprocess.run(helper + ["sign-key", str(out), str(key)] + extra, check=True, env=env)
             (out / "model.sig").rename(sig)
             print(f"signed ({name}) by model-signing in {time.perf_counter() - t:.1f} s")
-    payload = out / "weights.bin"
     size = payload.stat().st_size
     # Warm the page cache so every tool reads from memory.
     subprocess.run(["cat", str(payload)], stdout=subprocess.DEVNULL, check=True)
@@ -74,7 +80,9 @@ def main():
             results[name].append(timed(cmd))
     med = {k: statistics.median(v) for k, v in results.items()}
     base_t = med["openssl dgst -sha256"]
-    print(f"payload: {size / 2**20:.0f} MiB, {os.cpu_count()} cores, {args.runs} runs each, medians")
+    load = os.getloadavg()[0]
+    print(f"{args.format} payload: {size / 2**20:.0f} MiB, {os.cpu_count()} cores, {args.runs} runs each, medians; "
+          f"1-min load average at the end {load:.2f}")
     print(f"{'tool':<40} {'wall s':>8} {'GB/s':>7} {'× openssl':>10}")
     for name, wall in med.items():
         print(f"{name:<40} {wall:>8.2f} {size / wall / 1e9:>7.2f} {wall / base_t:>10.2f}")

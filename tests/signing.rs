@@ -79,6 +79,9 @@ fn shards_serialization_verifies_and_names_the_changed_shard() {
     );
     // weights.bin (1045504 bytes) is 16 shards, manifest.json and README.md one each.
     assert_eq!(sig["resources"], 18);
+    // The manifest gives weights.bin's SHA-256: the pass still hashes it whole.
+    assert!(r["files"][0]["sha256"].is_string(), "{:#}", r["files"]);
+    assert_eq!(r["files"][0]["ok"], true);
     s.change_payload_byte();
     let (code, r) = s.audit(&[]);
     assert_eq!(code, 1);
@@ -460,6 +463,15 @@ fn a_single_signed_file_verifies_and_the_tool_agrees() {
         assert_eq!(sig["verified"], true, "{sig:#}");
         assert_eq!(sig["files_checked"], 1);
         assert!(tool(), "{shard:?}: the tool rejects what we accept");
+        // Nothing expects the GGUF's whole digest: with shards the pass
+        // leaves it out (the shards cover every byte); by files it is the
+        // signed digest itself.
+        assert_eq!(
+            r["files"][0]["sha256"].is_null(),
+            shard.is_some(),
+            "{shard:?}: {:#}",
+            r["files"]
+        );
 
         // The folder is not what was signed.
         let (code, r) = audit(&dir);
