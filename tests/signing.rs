@@ -248,7 +248,11 @@ fn sigstore_like(defect: Option<&str>) -> (std::path::PathBuf, String, tempfile:
     let dir = tmp.path().join("m");
     assert_eq!(cli(&["sample", dir.to_str().unwrap()]).code, 0);
     let out = tmp.path().join("sg");
-    let mut args = vec!["sigstore-like", dir.to_str().unwrap(), out.to_str().unwrap()];
+    let mut args = vec![
+        "sigstore-like",
+        dir.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ];
     args.extend(defect);
     oms::oms_ok(&args);
     let root = out.join("trusted_root.json").display().to_string();
@@ -324,7 +328,13 @@ fn a_sigstore_log_entry_verifies_against_the_trusted_root_and_each_broken_part_i
     ];
     for &(defect, check, field) in cases {
         let (dir, root, _tmp) = sigstore_like(defect);
-        let run = cli(&["audit", dir.to_str().unwrap(), "--json", "--trusted-root", &root]);
+        let run = cli(&[
+            "audit",
+            dir.to_str().unwrap(),
+            "--json",
+            "--trusted-root",
+            &root,
+        ]);
         let r = run.json();
         let sig = &r["signature"];
         assert_eq!(sig["method"], "sigstore");
@@ -333,7 +343,10 @@ fn a_sigstore_log_entry_verifies_against_the_trusted_root_and_each_broken_part_i
         if defect.is_none() {
             assert_eq!(run.code, 0, "{r:#}");
             assert_eq!(sig["verified"], true, "{sig:#}");
-            assert!(sig["not_verified"].as_array().unwrap().is_empty(), "{sig:#}");
+            assert!(
+                sig["not_verified"].as_array().unwrap().is_empty(),
+                "{sig:#}"
+            );
             assert_eq!(sig["files_checked"], 2);
             assert!(python, "sigstore-python rejects the entry we accept");
             continue;
@@ -345,7 +358,8 @@ fn a_sigstore_log_entry_verifies_against_the_trusted_root_and_each_broken_part_i
         assert_eq!(errs, [check], "{defect:?}: {r:#}");
         let hits = findings_of(&r, check);
         assert!(
-            hits.iter().any(|f| f["field"] == field && f["severity"] == "error"),
+            hits.iter()
+                .any(|f| f["field"] == field && f["severity"] == "error"),
             "{defect:?}: no {check} finding on {field}: {hits:#?}"
         );
         if check == "oms.tlog" {
@@ -367,8 +381,7 @@ fn a_log_the_trusted_root_does_not_list_is_named() {
         return;
     }
     let (dir, root, tmp) = sigstore_like(None);
-    let mut v: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&root).unwrap()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&root).unwrap()).unwrap();
     v["tlogs"] = serde_json::json!([]);
     let other = tmp.path().join("no_logs.json");
     std::fs::write(&other, v.to_string()).unwrap();
@@ -487,10 +500,8 @@ fn a_single_signed_file_verifies_and_the_tool_agrees() {
         assert_eq!(code, 1);
         let digest = findings_of(&r, "oms.digest");
         assert!(
-            digest
-                .iter()
-                .any(|f| f["field"] == "model.gguf"
-                    && f["message"].as_str().unwrap().starts_with("model.gguf")),
+            digest.iter().any(|f| f["field"] == "model.gguf"
+                && f["message"].as_str().unwrap().starts_with("model.gguf")),
             "{shard:?}: {r:#}"
         );
         assert_eq!(r["signature"]["verified"], false);
@@ -533,14 +544,7 @@ fn the_upstream_test_vectors_verify_offline_and_the_tool_agrees() {
             assert_eq!(st.single_file, single.is_some(), "{v}");
             match single {
                 Some(f) => folder::compare_file(&dir.join(f), &st, None, &cancel),
-                None => folder::compare(
-                    dir,
-                    &st,
-                    Some(&sig),
-                    &Default::default(),
-                    false,
-                    &cancel,
-                ),
+                None => folder::compare(dir, &st, Some(&sig), &Default::default(), false, &cancel),
             }
         };
         let target = dir.join(single.unwrap_or(""));
@@ -548,8 +552,12 @@ fn the_upstream_test_vectors_verify_offline_and_the_tool_agrees() {
             if !oms::available() {
                 return None;
             }
-            let out = oms::oms(&["verify-key", target.to_str().unwrap(), key.to_str().unwrap()])
-                .unwrap();
+            let out = oms::oms(&[
+                "verify-key",
+                target.to_str().unwrap(),
+                key.to_str().unwrap(),
+            ])
+            .unwrap();
             // The tool warns first (on stdout) about the pre-1.1 key format.
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
             Some(text.lines().last() == Some("ok"))
@@ -560,7 +568,11 @@ fn the_upstream_test_vectors_verify_offline_and_the_tool_agrees() {
         }
         let cmp = compare(&dir);
         assert!(cmp.findings.is_empty(), "{v}: {:?}", cmp.findings);
-        assert_eq!(cmp.files_checked, if single.is_some() { 1 } else { 2 }, "{v}");
+        assert_eq!(
+            cmp.files_checked,
+            if single.is_some() { 1 } else { 2 },
+            "{v}"
+        );
         if single.is_some() {
             assert_ne!(tool(), Some(false), "{v}: model-signing rejects it");
         }
@@ -576,7 +588,11 @@ fn the_upstream_test_vectors_verify_offline_and_the_tool_agrees() {
         assert_eq!(digest.len(), 1, "{v}: {:?}", cmp.findings);
         assert_eq!(digest[0].field.as_deref(), Some("signme-1"), "{v}");
         if single.is_some() {
-            assert_ne!(tool(), Some(true), "{v}: model-signing accepts a changed file");
+            assert_ne!(
+                tool(),
+                Some(true),
+                "{v}: model-signing accepts a changed file"
+            );
         }
     }
 }

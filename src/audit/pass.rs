@@ -617,6 +617,7 @@ fn read_beside_scan(
 /// piece scanned right after it is hashed, while it is still in this core's
 /// cache (handed to another core, the bytes come back from memory and both
 /// the hash and the code tally stall on them).
+#[allow(clippy::too_many_arguments)]
 fn read_hash_scan(
     mut file: File,
     hash: bool,

@@ -97,8 +97,8 @@ impl Pending {
             .iter()
             .enumerate()
             .filter(|(_, f)| {
-                let expected = f.expected_sha256.is_some()
-                    || options.expect.iter().any(|(n, _)| *n == f.name);
+                let expected =
+                    f.expected_sha256.is_some() || options.expect.iter().any(|(n, _)| *n == f.name);
                 let covered = if st.single_file {
                     target.is_some() && f.path.canonicalize().ok() == target
                 } else {

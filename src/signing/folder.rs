@@ -437,9 +437,10 @@ pub fn compare_file(
     let mut out = Compared::default();
     let idx: Vec<usize> = (0..statement.resources.len()).collect();
     let mut jobs = Vec::new();
-    let shown = file
-        .file_name()
-        .map_or_else(|| file.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let shown = file.file_name().map_or_else(
+        || file.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     plan(
         &shown,
         file.to_path_buf(),

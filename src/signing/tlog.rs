@@ -52,11 +52,9 @@ pub fn log_keys(root: &Value) -> Result<Vec<LogKey>, String> {
         let when = |k: &str| -> Result<Option<u64>, String> {
             match t.pointer(&format!("/publicKey/validFor/{k}")) {
                 None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_str()
-                    .and_then(rfc3339)
-                    .map(Some)
-                    .ok_or(format!("tlogs[{i}].publicKey.validFor.{k} is not an RFC 3339 time")),
+                Some(v) => v.as_str().and_then(rfc3339).map(Some).ok_or(format!(
+                    "tlogs[{i}].publicKey.validFor.{k} is not an RFC 3339 time"
+                )),
             }
         };
         out.push(LogKey {
@@ -268,9 +266,9 @@ pub fn verify(b: &SigBundle, leaf: &Cert, logs: &[LogKey]) -> Outcome {
                 format!("the inclusion proof does not hold: {why}"),
             ),
             Ok((root, size)) => match p.pointer("/checkpoint/envelope").and_then(Value::as_str) {
-                None => o.not_verified.push(
-                    "the inclusion proof's root hash (no checkpoint signs it)".into(),
-                ),
+                None => o
+                    .not_verified
+                    .push("the inclusion proof's root hash (no checkpoint signs it)".into()),
                 Some(note) => match checkpoint(note, key, &log_id, &root, size) {
                     Ok(()) => proof_ok = true,
                     Err(why) => o.fail(
@@ -326,7 +324,8 @@ fn set_payload(body: &[u8], time: u64, log_id: &[u8], index: u64) -> Vec<u8> {
 /// A `dsse` v0.0.1 entry body must hold the SHA-256 of the payload and,
 /// for every envelope signature, that signature with the leaf as verifier.
 fn body_matches(body: &[u8], entry: &Value, b: &SigBundle, leaf: &Cert) -> Result<(), String> {
-    let v: Value = serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
     let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
     let version = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     if (kind, version) != ("dsse", "0.0.1") {
@@ -344,7 +343,9 @@ fn body_matches(body: &[u8], entry: &Value, b: &SigBundle, leaf: &Cert) -> Resul
         }
     }
     let spec = v.get("spec").ok_or("the body has no spec")?;
-    let alg = spec.pointer("/payloadHash/algorithm").and_then(Value::as_str);
+    let alg = spec
+        .pointer("/payloadHash/algorithm")
+        .and_then(Value::as_str);
     let hash = spec.pointer("/payloadHash/value").and_then(Value::as_str);
     if alg != Some("sha256") {
         return Err(format!("payloadHash.algorithm is {alg:?}, not \"sha256\""));
@@ -373,9 +374,7 @@ fn body_matches(body: &[u8], entry: &Value, b: &SigBundle, leaf: &Cert) -> Resul
             .and_then(Value::as_str)
             .and_then(|x| b64(x).ok());
         if sig.as_deref() != Some(ours.as_slice()) {
-            return Err(format!(
-                "signatures[{i}] is not the envelope's signature"
-            ));
+            return Err(format!("signatures[{i}] is not the envelope's signature"));
         }
         let verifier = s
             .get("verifier")
@@ -418,7 +417,9 @@ pub fn root_from_path(
     path: &[[u8; 32]],
 ) -> Result<[u8; 32], String> {
     if index >= size {
-        return Err(format!("leaf index {index} is not below the tree size {size}"));
+        return Err(format!(
+            "leaf index {index} is not below the tree size {size}"
+        ));
     }
     let (mut f, mut s) = (index, size - 1);
     let mut r = leaf;
@@ -508,7 +509,10 @@ fn checkpoint(
     }
     let note = format!("{note_head}\n");
     let mut lines = note_head.lines();
-    let _origin = lines.next().filter(|o| !o.is_empty()).ok_or("no origin line")?;
+    let _origin = lines
+        .next()
+        .filter(|o| !o.is_empty())
+        .ok_or("no origin line")?;
     let n: u64 = lines
         .next()
         .and_then(|l| l.parse().ok())
@@ -517,7 +521,9 @@ fn checkpoint(
         .next()
         .and_then(|l| b64(l).ok())
         .ok_or("no base64 root hash line")?;
-    let hint = log_id.get(..4).ok_or("the log id is shorter than 4 bytes")?;
+    let hint = log_id
+        .get(..4)
+        .ok_or("the log id is shorter than 4 bytes")?;
     let mut tried = false;
     let mut verified = false;
     for line in sigs.lines().take(64) {
