@@ -18,6 +18,7 @@ openssl, and prints medians and ratios. Run it after `cargo build --release`
 """
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -28,13 +29,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def cpu_children():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def timed(cmd):
+    """(wall s, CPU s of the command: user + system, all its threads)."""
+    cpu0 = cpu_children()
     start = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     wall = time.perf_counter() - start
+    cpu = cpu_children() - cpu0
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')}")
-    return wall
+    return wall, cpu
 
 
 def main():
@@ -78,14 +87,19 @@ def main():
     for _ in range(args.runs):
         for name, cmd in tools.items():
             results[name].append(timed(cmd))
-    med = {k: statistics.median(v) for k, v in results.items()}
+    med = {k: statistics.median(w for w, _ in v) for k, v in results.items()}
+    cpu = {k: statistics.median(c for _, c in v) for k, v in results.items()}
     base_t = med["openssl dgst -sha256"]
     load = os.getloadavg()[0]
     print(f"{args.format} payload: {size / 2**20:.0f} MiB, {os.cpu_count()} cores, {args.runs} runs each, medians; "
           f"1-min load average at the end {load:.2f}")
-    print(f"{'tool':<40} {'wall s':>8} {'GB/s':>7} {'× openssl':>10}")
+    base_c = cpu["openssl dgst -sha256"]
+    # CPU time (user + system) stays put when other work shares the
+    # machine; on 2 cores a run can take no less than CPU / 2 of wall time.
+    print(f"{'tool':<40} {'wall s':>8} {'GB/s':>7} {'× openssl':>10} {'CPU s':>7} {'CPU × openssl':>14}")
     for name, wall in med.items():
-        print(f"{name:<40} {wall:>8.2f} {size / wall / 1e9:>7.2f} {wall / base_t:>10.2f}")
+        print(f"{name:<40} {wall:>8.2f} {size / wall / 1e9:>7.2f} {wall / base_t:>10.2f}"
+              f" {cpu[name]:>7.2f} {cpu[name] / base_c:>14.2f}")
     print("targets: files <= 1.15x openssl; shards <= 0.65x openssl (on 2 cores)")
 
 
