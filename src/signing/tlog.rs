@@ -621,6 +621,54 @@ mod tests {
     }
 
     #[test]
+    fn malformed_proofs_checkpoints_and_roots_are_errors_never_panics() {
+        let body = b"entry";
+        let secret = p256::SecretKey::from_slice(&[7u8; 32]).unwrap();
+        let key = PublicKey::P256(p256::ecdsa::VerifyingKey::from(secret.public_key()));
+        let proofs = [
+            serde_json::json!({}),
+            serde_json::json!({"logIndex": "x", "treeSize": "1", "rootHash": "", "hashes": []}),
+            serde_json::json!({"logIndex": "5", "treeSize": "3", "rootHash": "AA==", "hashes": []}),
+            serde_json::json!({"logIndex": "0", "treeSize": "1", "rootHash": "@", "hashes": []}),
+            serde_json::json!({"logIndex": "0", "treeSize": "2", "rootHash": "AA==", "hashes": ["AA=="]}),
+            serde_json::json!({"logIndex": "0", "treeSize": "1", "rootHash": "AA==", "hashes": [1]}),
+            serde_json::json!({"logIndex": 0, "treeSize": u64::MAX, "rootHash": "AA==", "hashes": vec!["AA=="; 65]}),
+        ];
+        for p in &proofs {
+            assert!(inclusion(body, p).is_err(), "{p}");
+        }
+        {
+            let root = [0u8; 32];
+            for note in [
+                "",
+                "\n\n",
+                "origin\n1\nAAAA\n\n",
+                "origin\nx\nAAAA\n\n\u{2014} n AAAAAAAA\n",
+                "origin\n1\n@@\n\n\u{2014} n AAAAAAAA\n",
+                "origin\n1\nAAAA\n\n\u{2014} n\n\n\n",
+                "origin\n1\nAAAA\n\n\u{2014} n AAAAAAAAAAAA\n",
+            ] {
+                assert!(
+                    checkpoint(note, &key, &[0; 32], &root, 1).is_err(),
+                    "{note:?}"
+                );
+            }
+        }
+        for bad in [
+            serde_json::json!({"tlogs": 3}),
+            serde_json::json!({"tlogs": [{}]}),
+            serde_json::json!({"tlogs": [{"publicKey": {"rawBytes": "@"}}]}),
+            serde_json::json!({"tlogs": [{"publicKey": {"rawBytes": "AA==", "validFor": {"start": "yesterday"}}}]}),
+        ] {
+            assert!(log_keys(&bad).is_err(), "{bad}");
+        }
+        // A key of a kind bundlescope cannot use is kept, and said when needed.
+        let odd =
+            log_keys(&serde_json::json!({"tlogs": [{"publicKey": {"rawBytes": "AA=="}}]})).unwrap();
+        assert!(odd[0].key.is_err());
+    }
+
+    #[test]
     fn rfc3339_times() {
         assert_eq!(rfc3339("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(rfc3339("2021-01-12T11:53:27.000Z"), Some(1_610_452_407));
