@@ -79,6 +79,9 @@ fn shards_serialization_verifies_and_names_the_changed_shard() {
     );
     // weights.bin (1045504 bytes) is 16 shards, manifest.json and README.md one each.
     assert_eq!(sig["resources"], 18);
+    // The manifest gives weights.bin's SHA-256: the pass still hashes it whole.
+    assert!(r["files"][0]["sha256"].is_string(), "{:#}", r["files"]);
+    assert_eq!(r["files"][0]["ok"], true);
     s.change_payload_byte();
     let (code, r) = s.audit(&[]);
     assert_eq!(code, 1);
@@ -237,47 +240,173 @@ fn no_key_is_a_warning_never_a_pass_and_unsigned_is_said() {
     assert!(text.contains("signature: unsigned"), "{text}");
 }
 
+/// A sample signed the Sigstore way (see oms.py sigstore-like) with one
+/// part of its log entry wrong (`defect`); returns the folder, the trusted
+/// root, and the temporary folder that holds them.
+fn sigstore_like(defect: Option<&str>) -> (std::path::PathBuf, String, tempfile::TempDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    assert_eq!(cli(&["sample", dir.to_str().unwrap()]).code, 0);
+    let out = tmp.path().join("sg");
+    let mut args = vec![
+        "sigstore-like",
+        dir.to_str().unwrap(),
+        out.to_str().unwrap(),
+    ];
+    args.extend(defect);
+    oms::oms_ok(&args);
+    let root = out.join("trusted_root.json").display().to_string();
+    (dir, root, tmp)
+}
+
+/// Whether sigstore-python's own checks accept the log entry.
+fn sigstore_python_accepts(dir: &std::path::Path, root: &str) -> bool {
+    let out = oms::oms(&["sigstore-verify", dir.to_str().unwrap(), root]).unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "ok"
+}
+
 #[test]
 fn a_sigstore_bundle_shows_identity_and_says_what_was_not_verified() {
     if !oms::available() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("m");
-    assert_eq!(cli(&["sample", dir.to_str().unwrap()]).code, 0);
-    let out = tmp.path().join("sg");
-    oms::oms_ok(&[
-        "sigstore-like",
-        dir.to_str().unwrap(),
-        out.to_str().unwrap(),
-    ]);
-    for extra in [
-        vec![],
-        vec![
-            "--trusted-root".to_string(),
-            out.join("trusted_root.json").display().to_string(),
-        ],
-    ] {
-        let mut args = vec!["audit", dir.to_str().unwrap(), "--json"];
-        args.extend(extra.iter().map(String::as_str));
-        let r = cli(&args).json();
+    let (dir, _root, _tmp) = sigstore_like(None);
+    let r = cli(&["audit", dir.to_str().unwrap(), "--json"]).json();
+    let sig = &r["signature"];
+    assert_eq!(sig["method"], "sigstore");
+    assert_eq!(sig["identity"], "signer@example.com");
+    assert_eq!(sig["issuer"], "https://accounts.example.com");
+    assert_eq!(sig["signature_valid"], true);
+    assert_eq!(sig["verified"], false, "no trusted root: {sig:#}");
+    let nv: Vec<&str> = sig["not_verified"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(nv.iter().any(|n| n.contains("transparency-log")), "{nv:?}");
+    assert!(nv.iter().any(|n| n.contains("chain")), "{nv:?}");
+    assert!(errors(&r).is_empty(), "{r:#}");
+}
+
+#[test]
+fn a_sigstore_log_entry_verifies_against_the_trusted_root_and_each_broken_part_is_named() {
+    if !oms::available() {
+        return;
+    }
+    // (defect, the error check, the field it names); sigstore-python's own
+    // log checks must agree on every part of the entry.
+    let cases: &[(Option<&str>, &str, &str)] = &[
+        (None, "", ""),
+        (
+            Some("body"),
+            "oms.tlog",
+            "verificationMaterial.tlogEntries[0].canonicalizedBody",
+        ),
+        (
+            Some("set"),
+            "oms.tlog",
+            "verificationMaterial.tlogEntries[0].inclusionPromise.signedEntryTimestamp",
+        ),
+        (
+            Some("proof"),
+            "oms.tlog",
+            "verificationMaterial.tlogEntries[0].inclusionProof",
+        ),
+        (
+            Some("checkpoint"),
+            "oms.tlog",
+            "verificationMaterial.tlogEntries[0].inclusionProof.checkpoint",
+        ),
+        // Logged (validly) after the certificate expired: the log is
+        // fine, the certificate was not valid at the integration time.
+        (
+            Some("time"),
+            "oms.certificate",
+            "verificationMaterial.certificates",
+        ),
+    ];
+    for &(defect, check, field) in cases {
+        let (dir, root, _tmp) = sigstore_like(defect);
+        let run = cli(&[
+            "audit",
+            dir.to_str().unwrap(),
+            "--json",
+            "--trusted-root",
+            &root,
+        ]);
+        let r = run.json();
         let sig = &r["signature"];
         assert_eq!(sig["method"], "sigstore");
-        assert_eq!(sig["identity"], "signer@example.com");
-        assert_eq!(sig["issuer"], "https://accounts.example.com");
-        assert_eq!(sig["signature_valid"], true);
-        assert_eq!(sig["verified"], false, "the log entry is never verified");
-        let nv = sig["not_verified"].as_array().unwrap();
+        assert_eq!(sig["signature_valid"], true, "{defect:?}");
+        let python = sigstore_python_accepts(&dir, &root);
+        if defect.is_none() {
+            assert_eq!(run.code, 0, "{r:#}");
+            assert_eq!(sig["verified"], true, "{sig:#}");
+            assert!(
+                sig["not_verified"].as_array().unwrap().is_empty(),
+                "{sig:#}"
+            );
+            assert_eq!(sig["files_checked"], 2);
+            assert!(python, "sigstore-python rejects the entry we accept");
+            continue;
+        }
+        assert_eq!(run.code, 1, "{defect:?}: {r:#}");
+        assert_eq!(sig["verified"], false, "{defect:?}");
+        let mut errs = errors(&r);
+        errs.dedup();
+        assert_eq!(errs, [check], "{defect:?}: {r:#}");
+        let hits = findings_of(&r, check);
         assert!(
-            nv.iter()
-                .any(|n| n.as_str().unwrap().contains("transparency-log"))
+            hits.iter()
+                .any(|f| f["field"] == field && f["severity"] == "error"),
+            "{defect:?}: no {check} finding on {field}: {hits:#?}"
         );
-        assert_eq!(
-            nv.iter().any(|n| n.as_str().unwrap().contains("chain")),
-            extra.is_empty(),
-            "{nv:?}"
-        );
+        if check == "oms.tlog" {
+            assert!(!python, "{defect:?}: sigstore-python accepts the entry");
+        } else {
+            assert!(python, "{defect:?}: the log entry itself is sound");
+            assert!(
+                hits.iter()
+                    .any(|f| f["message"].as_str().unwrap().contains("not valid at")),
+                "{hits:#?}"
+            );
+        }
     }
+}
+
+#[test]
+fn a_log_the_trusted_root_does_not_list_is_named() {
+    if !oms::available() {
+        return;
+    }
+    let (dir, root, tmp) = sigstore_like(None);
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&root).unwrap()).unwrap();
+    v["tlogs"] = serde_json::json!([]);
+    let other = tmp.path().join("no_logs.json");
+    std::fs::write(&other, v.to_string()).unwrap();
+    let run = cli(&[
+        "audit",
+        dir.to_str().unwrap(),
+        "--json",
+        "--trusted-root",
+        other.to_str().unwrap(),
+    ]);
+    let r = run.json();
+    assert_eq!(run.code, 1);
+    assert_eq!(errors(&r), ["oms.tlog"]);
+    let hits = findings_of(&r, "oms.tlog");
+    assert_eq!(
+        hits[0]["field"],
+        "verificationMaterial.tlogEntries[0].logId"
+    );
+    assert!(
+        hits[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not list"),
+        "{hits:#?}"
+    );
 }
 
 #[test]
@@ -297,4 +426,173 @@ fn the_markdown_report_and_the_lineage_text_lead_with_the_signature() {
     let md = cli(&args).stdout;
     assert!(md.contains("- verified: **no**"), "{md}");
     assert!(!md.contains("all digests match"), "{md}");
+}
+
+#[test]
+fn a_single_signed_file_verifies_and_the_tool_agrees() {
+    if !oms::available() {
+        return;
+    }
+    // model-signing given one file names its resource "." (shards ".:a:b").
+    for shard in [None, Some("4096")] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("g");
+        assert_eq!(
+            cli(&["sample", dir.to_str().unwrap(), "--format", "gguf"]).code,
+            0
+        );
+        let file = dir.join("model.gguf");
+        // Another file beside it: a single-file signature does not cover it.
+        std::fs::write(dir.join("notes.txt"), "unsigned, and not the model").unwrap();
+        let w = |n: &str| tmp.path().join(n).display().to_string();
+        oms::oms_ok(&["keygen", "p256", &w("k.pem"), &w("pub.pem")]);
+        let f = file.to_str().unwrap();
+        let k = w("k.pem");
+        let mut sign = vec!["sign-key", f, &k];
+        let mut verify = vec!["verify-key".to_string(), f.to_string(), w("pub.pem")];
+        if let Some(s) = shard {
+            sign.push(s);
+            verify.push(s.to_string());
+        }
+        oms::oms_ok(&sign);
+        assert!(dir.join("model.sig").is_file());
+        let tool = || {
+            let v: Vec<&str> = verify.iter().map(String::as_str).collect();
+            String::from_utf8_lossy(&oms::oms(&v).unwrap().stdout).trim() == "ok"
+        };
+        let audit = |target: &std::path::Path| {
+            let run = cli(&[
+                "audit",
+                target.to_str().unwrap(),
+                "--json",
+                "--key",
+                &w("pub.pem"),
+            ]);
+            (run.code, run.json())
+        };
+        let (code, r) = audit(&file);
+        assert_eq!(code, 0, "{shard:?}: {r:#}");
+        let sig = &r["signature"];
+        assert_eq!(sig["verified"], true, "{sig:#}");
+        assert_eq!(sig["files_checked"], 1);
+        assert!(tool(), "{shard:?}: the tool rejects what we accept");
+        // Nothing expects the GGUF's whole digest: with shards the pass
+        // leaves it out (the shards cover every byte); by files it is the
+        // signed digest itself.
+        assert_eq!(
+            r["files"][0]["sha256"].is_null(),
+            shard.is_some(),
+            "{shard:?}: {:#}",
+            r["files"]
+        );
+
+        // The folder is not what was signed.
+        let (code, r) = audit(&dir);
+        assert_eq!(code, 1);
+        assert_eq!(errors(&r), ["oms.manifest"], "{r:#}");
+
+        // One byte of the file changed: its digest (or shard) no longer matches.
+        let mut b = std::fs::read(&file).unwrap();
+        let last = b.len() - 1;
+        b[last] ^= 1;
+        std::fs::write(&file, &b).unwrap();
+        let (code, r) = audit(&file);
+        assert_eq!(code, 1);
+        let digest = findings_of(&r, "oms.digest");
+        assert!(
+            digest.iter().any(|f| f["field"] == "model.gguf"
+                && f["message"].as_str().unwrap().starts_with("model.gguf")),
+            "{shard:?}: {r:#}"
+        );
+        assert_eq!(r["signature"]["verified"], false);
+        assert!(!tool(), "{shard:?}: the tool accepts a changed file");
+    }
+}
+
+#[test]
+fn the_upstream_test_vectors_verify_offline_and_the_tool_agrees() {
+    use bundlescope::signing::{self, TrustPaths, folder};
+    use bundlescope::util::CancelToken;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oms/vectors");
+    let key = root.join("signing-key-pub.pem");
+    let (trust, problems) = signing::Trust::load(&TrustPaths {
+        keys: vec![key.clone()],
+        ..Default::default()
+    });
+    assert!(problems.is_empty(), "{problems:?}");
+    let cancel = CancelToken::default();
+    // (vector, the single signed file, or None for the folder)
+    for (v, single) in [
+        ("v0.3.1-elliptic-key", Some("signme-1")),
+        ("v1.0.0-elliptic-key", Some("signme-1")),
+        ("v1.1.0-elliptic-key", None),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join(v);
+        std::fs::create_dir_all(&dir).unwrap();
+        for e in std::fs::read_dir(root.join(v)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+        let sig = dir.join("model.sig");
+        let compare = |dir: &std::path::Path| {
+            let c = signing::check_file(&sig, &trust);
+            assert!(!signing::has_errors(&c.findings), "{v}: {:?}", c.findings);
+            assert_eq!(c.report.signature_valid, Some(true), "{v}");
+            assert!(c.report.verified, "{v}: {:?}", c.report);
+            let st = c.statement.unwrap();
+            assert_eq!(st.single_file, single.is_some(), "{v}");
+            match single {
+                Some(f) => folder::compare_file(&dir.join(f), &st, None, &cancel),
+                None => folder::compare(dir, &st, Some(&sig), &Default::default(), false, &cancel),
+            }
+        };
+        let target = dir.join(single.unwrap_or(""));
+        let tool = || {
+            if !oms::available() {
+                return None;
+            }
+            let out = oms::oms(&[
+                "verify-key",
+                target.to_str().unwrap(),
+                key.to_str().unwrap(),
+            ])
+            .unwrap();
+            // The tool warns first (on stdout) about the pre-1.1 key format.
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            Some(text.lines().last() == Some("ok"))
+        };
+        // The 1.1.0 folder signature ignores "ignore-me": one there changes nothing.
+        if single.is_none() {
+            std::fs::write(dir.join("ignore-me"), "not signed").unwrap();
+        }
+        let cmp = compare(&dir);
+        assert!(cmp.findings.is_empty(), "{v}: {:?}", cmp.findings);
+        assert_eq!(
+            cmp.files_checked,
+            if single.is_some() { 1 } else { 2 },
+            "{v}"
+        );
+        if single.is_some() {
+            assert_ne!(tool(), Some(false), "{v}: model-signing rejects it");
+        }
+        // One changed byte fails, with the file named.
+        let f = dir.join("signme-1");
+        std::fs::write(&f, "signme-X\n").unwrap();
+        let cmp = compare(&dir);
+        let digest: Vec<_> = cmp
+            .findings
+            .iter()
+            .filter(|f| f.check.as_str() == "oms.digest")
+            .collect();
+        assert_eq!(digest.len(), 1, "{v}: {:?}", cmp.findings);
+        assert_eq!(digest[0].field.as_deref(), Some("signme-1"), "{v}");
+        if single.is_some() {
+            assert_ne!(
+                tool(),
+                Some(true),
+                "{v}: model-signing accepts a changed file"
+            );
+        }
+    }
 }

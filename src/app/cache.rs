@@ -106,7 +106,7 @@ impl AuditCache {
                 events.push(Event::FileHashed {
                     file: i,
                     bytes: f.bytes.unwrap_or(0),
-                    sha256: sha,
+                    sha256: Some(sha),
                     ok: f.ok,
                 });
             }

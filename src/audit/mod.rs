@@ -67,8 +67,9 @@ pub enum Event {
         file: usize,
         /// Bytes read.
         bytes: u64,
-        /// Its SHA-256 (lower-case hex).
-        sha256: String,
+        /// Its SHA-256 (lower-case hex); `None` when nothing needed it (a
+        /// signature by shards checked every byte of the file instead).
+        sha256: Option<String>,
         /// Whether it matches the manifest (None when the manifest gives none).
         ok: Option<bool>,
     },
@@ -155,6 +156,10 @@ pub struct Options {
     pub trust: crate::signing::TrustPaths,
     /// Accept files in the folder the signature does not cover.
     pub ignore_unsigned: bool,
+    /// Payload files (by index) whose whole-file SHA-256 the pass skips. The
+    /// audit sets it itself: a signature by shards hashes every byte of
+    /// those files (on every core), and nothing expects their whole digest.
+    pub skip_file_sha256: Vec<usize>,
 }
 
 /// Where events go. Must be cheap: it is called from the pass.
@@ -242,27 +247,65 @@ pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
         }
         sink(e);
     };
-    let signed = signature::start(&bundle, options, &emit);
+    let signed = signature::start(&bundle, path, options, &emit);
+    // A signature by shards: the files it covers are not hashed whole by
+    // the pass (unless something expects their digest), and its shards are
+    // hashed beside the pass, on every core.
+    let skip = signed
+        .as_ref()
+        .map(|p| p.skippable(&bundle, options))
+        .unwrap_or_default();
+    let options = &Options {
+        skip_file_sha256: skip,
+        ..options.clone()
+    };
     // The pass's SHA-256 of each payload file, for the signed manifest.
     let hashed = std::sync::Mutex::new(std::collections::HashMap::new());
     let gather = |e: Event| {
         if signed.is_some()
-            && let Event::FileHashed { file, sha256, .. } = &e
+            && let Event::FileHashed {
+                file,
+                sha256: Some(sha256),
+                ..
+            } = &e
             && let Ok(mut h) = hashed.lock()
         {
             h.insert(*file, sha256.clone());
         }
         emit(e);
     };
-    if let Err(f) = audit_bundle(&bundle, options, cancel, &gather) {
+    let (passed, beside) = std::thread::scope(|scope| {
+        let beside = signed.as_ref().filter(|p| p.by_shards()).map(|p| {
+            let bundle = &bundle;
+            std::thread::Builder::new()
+                .name("bundlescope-shards".into())
+                .spawn_scoped(scope, move || {
+                    signature::compare(p, bundle, &Default::default(), options, cancel)
+                })
+        });
+        let passed = audit_bundle(&bundle, options, cancel, &gather);
+        let beside = match beside {
+            // A thread that cannot start: the shards are hashed after the pass.
+            None | Some(Err(_)) => None,
+            Some(Ok(t)) => Some(t.join().ok().flatten()),
+        };
+        (passed, beside)
+    });
+    if let Err(f) = passed {
         sink(Event::Finished(Err(f)));
         return;
     }
     if let Some(p) = signed
         && !cancel.is_cancelled()
     {
-        let hashed = hashed.into_inner().unwrap_or_default();
-        signature::finish(p, &bundle, &hashed, options, cancel, &emit);
+        let compared = match beside {
+            Some(c) => c,
+            None => {
+                let hashed = hashed.into_inner().unwrap_or_default();
+                signature::compare(&p, &bundle, &hashed, options, cancel)
+            }
+        };
+        signature::finish(p, compared, cancel, &emit);
     }
     if cancel.is_cancelled() {
         sink(Event::Finished(Err(Failure::Cancelled)));

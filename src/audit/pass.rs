@@ -241,8 +241,13 @@ fn open_file(f: &PayloadFile, emit: Sink) -> Option<(File, Ident)> {
 }
 
 /// What the hashing reader hands back when the file is read.
+/// A file's SHA-256.
+type FileDigest = sha2::digest::Output<Sha256>;
+
 struct ReadEnd {
-    digest: Option<sha2::digest::Output<Sha256>>,
+    /// `None`: not read to the end; `Some(None)`: read to the end without
+    /// hashing (nothing needed the whole file's digest).
+    digest: Option<Option<FileDigest>>,
     bytes: u64,
     error: Option<String>,
 }
@@ -271,9 +276,10 @@ fn read_and_hash(
     to_ranges: Option<SyncSender<Arc<Vec<u8>>>>,
     back: Receiver<Arc<Vec<u8>>>,
     stopped: &AtomicBool,
+    hash: bool,
     cancel: &CancelToken,
 ) -> ReadEnd {
-    let mut h = Sha256::new();
+    let mut h = hash.then(<Sha256 as Digest>::new);
     let mut offset = 0u64;
     let mut free: Vec<Vec<u8>> = Vec::new();
     let mut made = 0;
@@ -323,7 +329,9 @@ fn read_and_hash(
             match file.read(&mut buf[n..to]) {
                 Ok(0) => break,
                 Ok(k) => {
-                    h.update(&buf[n..n + k]);
+                    if let Some(h) = &mut h {
+                        h.update(&buf[n..n + k]);
+                    }
                     n += k;
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -351,7 +359,7 @@ fn read_and_hash(
         }
     }
     ReadEnd {
-        digest: Some(h.finalize()),
+        digest: Some(h.map(<Sha256 as Digest>::finalize)),
         bytes: offset,
         error: None,
     }
@@ -385,9 +393,13 @@ fn scan_file(
     let mut pending: std::collections::VecDeque<Scanner> = scanners.drain(..).collect();
     let mut offset = 0u64;
     let mut read_error = None;
+    // A file a signature by shards covers, whose whole digest nothing
+    // expects, is not hashed here: the signature's shards are, on every core.
+    let hash = !options.skip_file_sha256.contains(&index);
     let digest = if inline && !options.range_hashes {
         let end = read_hash_scan(
             file,
+            hash,
             bundle,
             &mut pending,
             &mut active,
@@ -462,6 +474,15 @@ fn scan_file(
     let Some(digest) = digest else {
         return Ok(());
     };
+    let Some(digest) = digest else {
+        emit(Event::FileHashed {
+            file: index,
+            bytes: offset,
+            sha256: None,
+            ok: None,
+        });
+        return Ok(());
+    };
     let sha = hex(&digest);
     // `audit --expect FILE=HEX` wins over what the folder says.
     let expected = options
@@ -500,7 +521,7 @@ fn scan_file(
     emit(Event::FileHashed {
         file: index,
         bytes: offset,
-        sha256: sha,
+        sha256: Some(sha),
         ok,
     });
     Ok(())
@@ -521,7 +542,7 @@ fn read_beside_scan(
     options: &Options,
     cancel: &CancelToken,
     emit: Sink,
-) -> Result<Option<sha2::digest::Output<Sha256>>, Failure> {
+) -> Result<Option<Option<FileDigest>>, Failure> {
     let (to_scan, scan_rx) = sync_channel::<Arc<Vec<u8>>>(BUFFERS);
     // Each buffer comes back once per consumer (scanners, range hasher),
     // so twice BUFFERS returns can be outstanding and no consumer blocks.
@@ -551,7 +572,10 @@ fn read_beside_scan(
         let stopped = &stopped;
         let reader = spawn_named(&format!("bundlescope-hash-{index}"), |b| {
             b.spawn_scoped(scope, move || {
-                read_and_hash(file, chunk, to_scan, to_ranges, back_rx, stopped, cancel)
+                let hash = !options.skip_file_sha256.contains(&index);
+                read_and_hash(
+                    file, chunk, to_scan, to_ranges, back_rx, stopped, hash, cancel,
+                )
             })
         })?;
         let guard = StopOnDrop(stopped);
@@ -593,8 +617,10 @@ fn read_beside_scan(
 /// piece scanned right after it is hashed, while it is still in this core's
 /// cache (handed to another core, the bytes come back from memory and both
 /// the hash and the code tally stall on them).
+#[allow(clippy::too_many_arguments)]
 fn read_hash_scan(
     mut file: File,
+    hash: bool,
     bundle: &Bundle,
     pending: &mut std::collections::VecDeque<Scanner>,
     active: &mut Vec<Scanner>,
@@ -602,7 +628,7 @@ fn read_hash_scan(
     progress: &(dyn Fn(u64) + Sync),
     emit: Sink,
 ) -> ReadEnd {
-    let mut h = Sha256::new();
+    let mut h = hash.then(<Sha256 as Digest>::new);
     let mut offset = 0u64;
     let mut buf = vec![0u8; READ_PIECE];
     let mut since_progress = 0usize;
@@ -626,7 +652,9 @@ fn read_hash_scan(
                 };
             }
         };
-        h.update(&buf[..n]);
+        if let Some(h) = &mut h {
+            h.update(&buf[..n]);
+        }
         feed_scanners(bundle, pending, active, &buf[..n], offset, emit);
         offset += n as u64;
         since_progress += n;
@@ -637,7 +665,7 @@ fn read_hash_scan(
     }
     progress(offset);
     ReadEnd {
-        digest: Some(h.finalize()),
+        digest: Some(h.map(<Sha256 as Digest>::finalize)),
         bytes: offset,
         error: None,
     }
@@ -829,7 +857,9 @@ mod tests {
         };
         audit::run(dir, &options, &CancelToken::default(), &|e: Event| {
             let line = match e {
-                Event::FileHashed { file, sha256, .. } => format!("file {file} {sha256}"),
+                Event::FileHashed { file, sha256, .. } => {
+                    format!("file {file} {}", sha256.as_deref().unwrap_or("-"))
+                }
                 Event::TensorDone {
                     tensor, ok, stats, ..
                 } => format!("tensor {tensor} {ok} {stats:?}"),

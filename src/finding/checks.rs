@@ -173,13 +173,14 @@ checks! {
     OMS_SIGNATURE = "oms.signature": "the DSSE signature over the payload bytes as received (PAE) verifies with the signer's key";
     OMS_KEY = "oms.key": "key method: a --key is given, readable, on P-256/P-384/P-521, and is the key the bundle names (hint or raw bytes)";
     OMS_CERTIFICATE = "oms.certificate": "certificate method: the chain in the bundle leads to a --cert-root, every certificate valid at signing time, issuers are CAs, the leaf may sign";
-    OMS_SIGSTORE = "oms.sigstore": "sigstore method: the chain is checked only against --trusted-root, and the transparency-log entry is never checked; both are said";
+    OMS_SIGSTORE = "oms.sigstore": "sigstore method: the chain and the transparency-log entry are checked only against --trusted-root; without one, both are said to be unverified";
     OMS_STATEMENT = "oms.statement": "the signed payload is an in-toto Statement v1 with predicate model_signing signature v1.0 (or the pre-1.0 Digests v0.1) and its required fields";
     OMS_MANIFEST = "oms.manifest": "the serialization (files or shards, hash type) is known, resources are unique and well-formed, and their digests hash to the subject's digest";
     OMS_PATH = "oms.path": "every signed path stays inside the model folder; no symbolic link unless allowed, no special file";
     OMS_DIGEST = "oms.digest": "every signed file or shard has the digest the signature gives";
     OMS_MISSING = "oms.missing": "every signed file (and shard range) exists in the folder";
     OMS_UNSIGNED = "oms.unsigned": "every file in the folder (minus ignore_paths) is signed, unless --ignore-unsigned";
+    OMS_TLOG = "oms.tlog": "sigstore method with --trusted-root: the log entry records this bundle's payload, signature and certificate; its signed entry timestamp and its inclusion proof (up to a checkpoint) verify with a log key of the trusted root; the certificate was valid at the integration time";
 }
 
 checks! {

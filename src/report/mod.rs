@@ -262,7 +262,7 @@ impl ReportBuilder {
             } => {
                 if let Some(row) = self.files.get_mut(*file) {
                     row.bytes = Some(*bytes);
-                    row.sha256 = Some(sha256.clone());
+                    row.sha256 = sha256.clone();
                     row.ok = *ok;
                 }
             }

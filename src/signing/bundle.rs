@@ -50,6 +50,8 @@ pub struct TlogEntry {
     pub log_index: Option<String>,
     /// `integratedTime` (seconds since the epoch, as the log claims it).
     pub integrated_time: Option<i64>,
+    /// The entry as written, for the log verification ([`super::tlog`]).
+    pub raw: Value,
 }
 
 /// A parsed Sigstore bundle with a DSSE envelope.
@@ -205,6 +207,7 @@ pub fn parse(bytes: &[u8]) -> Result<SigBundle, Finding> {
                     Value::String(s) => s.parse().ok(),
                     other => other.as_i64(),
                 }),
+                raw: e.clone(),
             })
             .collect(),
         Some(other) => {

@@ -139,6 +139,18 @@ impl PublicKey {
     }
 }
 
+/// The DER of a bundle's `publicKey.rawBytes`: the pre-1.1 signer wrote
+/// the key's PEM text there, later ones its DER.
+pub fn raw_key_der(raw: &[u8]) -> Vec<u8> {
+    if raw.starts_with(b"-----BEGIN")
+        && let Ok(text) = std::str::from_utf8(raw)
+        && let Some(Ok(der)) = pem_blocks(text, "PUBLIC KEY").into_iter().next()
+    {
+        return der;
+    }
+    raw.to_vec()
+}
+
 /// Every `label` block of a PEM text, decoded (or why one could not be).
 pub fn pem_blocks(text: &str, label: &str) -> Vec<Result<Vec<u8>, String>> {
     let begin = format!("-----BEGIN {label}-----");

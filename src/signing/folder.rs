@@ -19,8 +19,9 @@ const MAX_FILES: usize = 200_000;
 const MAX_DEPTH: usize = 64;
 /// Paths the reference verifier always ignores.
 const GIT_PATHS: &[&str] = &[".git", ".gitattributes", ".github", ".gitignore"];
-/// Bytes per read when hashing.
-const CHUNK: usize = 4 << 20;
+/// Bytes per read when hashing: small enough that each piece is hashed
+/// while it is still in this core's cache (as the pass's reader does).
+const CHUNK: usize = 256 << 10;
 
 /// What the comparison found.
 #[derive(Debug, Clone, Default)]
@@ -299,69 +300,105 @@ pub fn compare(
             }
             continue;
         }
-        let path = dir.join(file);
-        let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        match ser.method {
-            Method::Files => {
-                let i = idx[0];
-                if ser.hash_type == HashType::Sha256
-                    && let Some(d) = known_sha256.get(*file)
-                {
-                    compare_one(statement, i, d, &mut out);
+        plan(
+            file,
+            dir.join(file),
+            idx,
+            statement,
+            known_sha256.get(*file),
+            &mut jobs,
+            &mut out,
+        );
+        checked_files.push(file.to_string());
+    }
+    hash_jobs(&jobs, statement, cancel, &mut out);
+    count_checked(&checked_files, &mut out);
+    out
+}
+
+/// Plans the hashing of one signed file's resources (`idx`): the pass's own
+/// SHA-256 when it fits, else one job per range; a shard range the file no
+/// longer has, or bytes no shard covers, is a finding.
+fn plan(
+    file: &str,
+    path: PathBuf,
+    idx: &[usize],
+    statement: &Statement,
+    known: Option<&Vec<u8>>,
+    jobs: &mut Vec<(usize, PathBuf, u64, u64)>,
+    out: &mut Compared,
+) {
+    let ser = &statement.serialization;
+    let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    match ser.method {
+        Method::Files => {
+            let i = idx[0];
+            if ser.hash_type == HashType::Sha256
+                && let Some(d) = known
+            {
+                compare_one(statement, i, d, out);
+            } else {
+                jobs.push((i, path, 0, len));
+            }
+        }
+        Method::Shards { shard_size } => {
+            let mut want: Vec<(u64, u64)> = Vec::new();
+            let mut s = 0;
+            while s < len {
+                want.push((s, (s + shard_size).min(len)));
+                s += shard_size;
+            }
+            let mut have: Vec<(u64, u64, usize)> = idx
+                .iter()
+                .filter_map(|&i| statement.resources[i].range.map(|(a, b)| (a, b, i)))
+                .collect();
+            have.sort();
+            for &(a, b, i) in &have {
+                if want.contains(&(a, b)) {
+                    jobs.push((i, path.clone(), a, b));
                 } else {
-                    jobs.push((i, path, 0, len));
+                    out.findings.push(
+                        Finding::error(
+                            checks::OMS_MISSING,
+                            format!("shard {} is signed, but {file} is now {len} bytes, so that range does not exist", statement.resources[i].name),
+                        )
+                        .field(file.to_string())
+                        .offset(a),
+                    );
                 }
             }
-            Method::Shards { shard_size } => {
-                let mut want: Vec<(u64, u64)> = Vec::new();
-                let mut s = 0;
-                while s < len {
-                    want.push((s, (s + shard_size).min(len)));
-                    s += shard_size;
-                }
-                let mut have: Vec<(u64, u64, usize)> = idx
-                    .iter()
-                    .filter_map(|&i| statement.resources[i].range.map(|(a, b)| (a, b, i)))
-                    .collect();
-                have.sort();
-                for &(a, b, i) in &have {
-                    if want.contains(&(a, b)) {
-                        jobs.push((i, path.clone(), a, b));
-                    } else {
-                        out.findings.push(
-                            Finding::error(
-                                checks::OMS_MISSING,
-                                format!("shard {} is signed, but {file} is now {len} bytes, so that range does not exist", statement.resources[i].name),
-                            )
-                            .field(file.to_string())
-                            .offset(a),
-                        );
-                    }
-                }
-                for &(a, b) in &want {
-                    if !have.iter().any(|&(x, y, _)| (x, y) == (a, b)) {
-                        out.findings.push(
-                            Finding::error(
-                                checks::OMS_UNSIGNED,
-                                format!("bytes {a}..{b} of {file} are covered by no signed shard"),
-                            )
-                            .field(file.to_string())
-                            .offset(a),
-                        );
-                    }
+            for &(a, b) in &want {
+                if !have.iter().any(|&(x, y, _)| (x, y) == (a, b)) {
+                    out.findings.push(
+                        Finding::error(
+                            checks::OMS_UNSIGNED,
+                            format!("bytes {a}..{b} of {file} are covered by no signed shard"),
+                        )
+                        .field(file.to_string())
+                        .offset(a),
+                    );
                 }
             }
         }
-        checked_files.push(file.to_string());
     }
-    // Every range in parallel: shards of one large file spread over every core.
+}
+
+/// Hashes every planned range in parallel (shards of one large file spread
+/// over every core) and compares each digest.
+fn hash_jobs(
+    jobs: &[(usize, PathBuf, u64, u64)],
+    statement: &Statement,
+    cancel: &CancelToken,
+    out: &mut Compared,
+) {
+    let ser = &statement.serialization;
     let results: Vec<(usize, Result<Vec<u8>, String>)> = jobs
         .par_iter()
         .map(|(i, path, a, b)| (*i, hash_range(path, *a, *b, ser.hash_type, cancel)))
         .collect();
     for (i, r) in results {
         match r {
-            Ok(d) => compare_one(statement, i, &d, &mut out),
+            Ok(d) => compare_one(statement, i, &d, out),
             Err(e) => {
                 let res = &statement.resources[i];
                 out.findings.push(
@@ -374,6 +411,10 @@ pub fn compare(
             }
         }
     }
+}
+
+/// Counts the files with no finding among those whose resources were checked.
+fn count_checked(checked_files: &[String], out: &mut Compared) {
     let bad_files: std::collections::HashSet<String> = out
         .findings
         .iter()
@@ -383,6 +424,46 @@ pub fn compare(
         .iter()
         .filter(|f| !bad_files.contains(*f))
         .count();
+}
+
+/// Compares a single-file signature (every resource named `.`) with `file`,
+/// the one file the user audits. `known_sha256` is the pass's SHA-256 of it.
+pub fn compare_file(
+    file: &Path,
+    statement: &Statement,
+    known_sha256: Option<&Vec<u8>>,
+    cancel: &CancelToken,
+) -> Compared {
+    let mut out = Compared::default();
+    let idx: Vec<usize> = (0..statement.resources.len()).collect();
+    let mut jobs = Vec::new();
+    let shown = file.file_name().map_or_else(
+        || file.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    plan(
+        &shown,
+        file.to_path_buf(),
+        &idx,
+        statement,
+        known_sha256,
+        &mut jobs,
+        &mut out,
+    );
+    hash_jobs(&jobs, statement, cancel, &mut out);
+    // The statement calls the file "."; findings name it.
+    let single = super::statement::SINGLE_FILE;
+    for f in &mut out.findings {
+        if f.field.as_deref() == Some(single) {
+            f.field = Some(shown.clone());
+        }
+        if let Some(rest) = f.message.strip_prefix(single)
+            && (rest.starts_with(' ') || rest.starts_with(':'))
+        {
+            f.message = format!("{shown}{rest}");
+        }
+    }
+    count_checked(std::slice::from_ref(&shown), &mut out);
     out
 }
 
@@ -434,6 +515,7 @@ mod tests {
                     digest: sha2::Sha256::digest(b).to_vec(),
                 })
                 .collect(),
+            single_file: false,
         }
     }
 

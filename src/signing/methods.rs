@@ -4,7 +4,7 @@
 
 use super::bundle::SigBundle;
 use super::crypto::{self, Cert, PublicKey};
-use super::{Checked, SigningMethod, Trust};
+use super::{Checked, SigningMethod, Trust, tlog};
 use crate::finding::{Finding, checks};
 
 pub(super) fn key_method(
@@ -35,7 +35,7 @@ pub(super) fn key_method(
     // The given key the bundle names (by hint or raw key), else the first.
     let named = trust.keys.iter().find(|(_, k)| {
         hint.is_some_and(|h| h.eq_ignore_ascii_case(&k.fingerprint()))
-            || raw.is_some_and(|r| r == k.spki_der().as_slice())
+            || raw.is_some_and(|r| crypto::raw_key_der(r) == k.spki_der())
     });
     let (file, key) = named.unwrap_or(&trust.keys[0]);
     c.report.key_fingerprint = Some(key.fingerprint());
@@ -160,8 +160,20 @@ pub(super) fn cert_method(
     } else {
         Some(&trust.roots)
     };
-    // The chain is checked at the signing time as the certificate gives it
-    // (its notBefore), as the reference verifier does.
+    // With a trusted root, the Sigstore log entry comes first: a verified
+    // signed entry timestamp gives the signing time the chain is checked
+    // at. Otherwise the chain is checked at the signing time as the
+    // certificate gives it (its notBefore), as the reference verifier does.
+    let logged = match (sigstore, roots) {
+        (true, Some(_)) => {
+            let o = tlog::verify(b, leaf, &trust.sigstore_logs);
+            c.findings.extend(o.findings.iter().cloned());
+            c.report.not_verified.extend(o.not_verified.iter().cloned());
+            Some(o)
+        }
+        _ => None,
+    };
+    let at = logged.as_ref().and_then(|o| o.time).unwrap_or(nb);
     let chain_ok = match roots {
         None => {
             let (what, flag) = if sigstore {
@@ -188,7 +200,7 @@ pub(super) fn cert_method(
                 .push(format!("{what} (no root given)"));
             false
         }
-        Some(roots) => match crypto::verify_chain(chain, roots, nb) {
+        Some(roots) => match crypto::verify_chain(chain, roots, at) {
             Ok(root) => {
                 if !sigstore {
                     c.report.issuer = Some(root);
@@ -208,18 +220,38 @@ pub(super) fn cert_method(
             }
         },
     };
-    if sigstore {
-        // The transparency log is never checked here: say so, every time.
-        let what = format!(
-            "the transparency-log entry ({} in the bundle: inclusion proof and signed entry timestamp), and so the signing time",
-            b.tlog.len()
-        );
-        c.findings.push(
-            Finding::warning(checks::OMS_SIGSTORE, format!("not verified: {what}; bundlescope checks the Sigstore chain only against --trusted-root and never contacts the log"))
-                .field("verificationMaterial.tlogEntries"),
-        );
-        c.report.not_verified.push(what);
-        return false;
+    if !sigstore {
+        return sig_ok && chain_ok;
     }
-    sig_ok && chain_ok
+    match logged {
+        // Without a trusted root there are no log keys: say so, every time.
+        None => {
+            let what = format!(
+                "the transparency-log entry ({} in the bundle: inclusion proof and signed entry timestamp), and so the signing time",
+                b.tlog.len()
+            );
+            c.findings.push(
+                Finding::warning(
+                    checks::OMS_SIGSTORE,
+                    format!("not verified: {what}; the log's keys come only from --trusted-root (bundlescope never contacts the log)"),
+                )
+                .field("verificationMaterial.tlogEntries"),
+            );
+            c.report.not_verified.push(what);
+            false
+        }
+        Some(o) => {
+            if o.verified && o.time.is_none() {
+                // The log holds the entry, but nothing signed says when.
+                c.findings.push(
+                    Finding::warning(
+                        checks::OMS_TLOG,
+                        "the entry is in the log, but without a signed entry timestamp its integration time is not signed: the certificate's validity at signing time was not verified".to_string(),
+                    )
+                    .field("verificationMaterial.tlogEntries[0].inclusionPromise"),
+                );
+            }
+            sig_ok && chain_ok && o.verified && o.time.is_some()
+        }
+    }
 }

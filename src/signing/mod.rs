@@ -10,6 +10,7 @@ pub mod crypto;
 pub mod folder;
 mod methods;
 pub mod statement;
+pub mod tlog;
 
 use std::path::{Path, PathBuf};
 
@@ -32,6 +33,8 @@ pub struct Trust {
     pub roots: Vec<Cert>,
     /// The certificate authorities of `--trusted-root trusted_root.json`.
     pub sigstore_roots: Option<Vec<Cert>>,
+    /// The transparency logs of `--trusted-root` (`tlogs`).
+    pub sigstore_logs: Vec<tlog::LogKey>,
 }
 
 /// Where the keys and roots come from (paths as the user gave them).
@@ -118,8 +121,11 @@ impl Trust {
         }
         if let Some(p) = &paths.trusted_root {
             let shown = p.display().to_string();
-            match read_small(p).and_then(|b| trusted_root_cas(&b)) {
-                Ok(cas) => t.sigstore_roots = Some(cas),
+            match read_small(p).and_then(|b| trusted_root(&b)) {
+                Ok((cas, logs)) => {
+                    t.sigstore_roots = Some(cas);
+                    t.sigstore_logs = logs;
+                }
                 Err(e) => findings.push(
                     Finding::error(checks::OMS_SIGSTORE, format!("--trusted-root {shown}: {e}"))
                         .field(shown),
@@ -131,8 +137,9 @@ impl Trust {
 }
 
 /// The certificate authorities of a Sigstore `trusted_root.json`
-/// (`certificateAuthorities[].certChain.certificates[].rawBytes`).
-fn trusted_root_cas(bytes: &[u8]) -> Result<Vec<Cert>, String> {
+/// (`certificateAuthorities[].certChain.certificates[].rawBytes`) and its
+/// transparency logs (`tlogs`).
+fn trusted_root(bytes: &[u8]) -> Result<(Vec<Cert>, Vec<tlog::LogKey>), String> {
     use base64::Engine as _;
     let v: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
@@ -162,7 +169,7 @@ fn trusted_root_cas(bytes: &[u8]) -> Result<Vec<Cert>, String> {
     if out.is_empty() {
         return Err("no certificate authority".into());
     }
-    Ok(out)
+    Ok((out, tlog::log_keys(&v)?))
 }
 
 /// Which OMS signing method a bundle uses.

@@ -107,6 +107,9 @@ pub struct Statement {
     pub serialization: Serialization,
     /// The resources, as listed.
     pub resources: Vec<Resource>,
+    /// The signer was given one file, not a folder: every resource's path
+    /// is `.` (the file itself).
+    pub single_file: bool,
 }
 
 impl Statement {
@@ -215,7 +218,7 @@ fn admit(
     name: &str,
     seen: &mut std::collections::HashSet<String>,
 ) -> Result<(), Finding> {
-    if !safe_path(path) {
+    if path != SINGLE_FILE && !safe_path(path) {
         return Err(Finding::error(
             checks::OMS_PATH,
             format!("{f} names {path:?}, which is not a relative path inside the model folder"),
@@ -230,6 +233,10 @@ fn admit(
     }
     Ok(())
 }
+
+/// The path a signer writes for the one file it was given (the model path
+/// itself).
+pub const SINGLE_FILE: &str = ".";
 
 /// A relative POSIX path that stays inside the folder: no root, no `..`,
 /// no empty or `.` component, no NUL or backslash.
@@ -349,6 +356,7 @@ fn parse_v1(v: &Value) -> Result<Statement, Finding> {
             digest,
         });
     }
+    let single_file = single_file(&resources, "predicate.resources")?;
     let got = crate::format::hex(&root_hasher.finalize());
     if got != root.to_ascii_lowercase() {
         return Err(bad_manifest(
@@ -361,8 +369,26 @@ fn parse_v1(v: &Value) -> Result<Statement, Finding> {
         model_name,
         root_digest: Some(root),
         serialization,
+        single_file,
         resources,
     })
+}
+
+/// Whether the resources are those of one signed file (all named `.`);
+/// `.` beside folder paths is an `oms.path` finding.
+fn single_file(resources: &[Resource], field: &str) -> Result<bool, Finding> {
+    let single = resources.iter().filter(|r| r.path == SINGLE_FILE).count();
+    if single > 0 && single != resources.len() {
+        return Err(Finding::error(
+            checks::OMS_PATH,
+            format!(
+                "{single} of {} resources name \".\" (a single signed file) beside folder paths",
+                resources.len()
+            ),
+        )
+        .field(field.to_string()));
+    }
+    Ok(single > 0)
 }
 
 fn parse_serialization(ser: &Value) -> Result<Serialization, Finding> {
@@ -488,6 +514,7 @@ fn parse_v0_1(v: &Value) -> Result<Statement, Finding> {
             allow_symlinks: false,
             ignore_paths: Vec::new(),
         },
+        single_file: single_file(&resources, "subject")?,
         resources,
     })
 }

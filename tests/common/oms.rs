@@ -294,6 +294,21 @@ pub fn cases() -> Vec<OmsCase> {
             std::fs::write(s.dir.join("extra.bin"), [0u8; 8]).unwrap();
             None
         }),
+        err("oms.tlog", key, |s| {
+            // Signed and logged the Sigstore way, but the signed entry
+            // timestamp is over another integration time.
+            let out = s.work.join("sg");
+            oms_ok(&[
+                "sigstore-like",
+                s.dir.to_str().unwrap(),
+                out.to_str().unwrap(),
+                "set",
+            ]);
+            Some(vec![
+                "--trusted-root".into(),
+                out.join("trusted_root.json").display().to_string(),
+            ])
+        }),
     ]
 }
 

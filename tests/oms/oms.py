@@ -3,18 +3,27 @@ package (OpenSSF Model Signing), and makes the keys and certificates the
 tests need with `cryptography` (which model-signing brings).
 
     oms.py keygen CURVE PRIV PUB            CURVE: p256 | p384 | p521
-    oms.py sign-key DIR PRIV [SHARD_SIZE]   writes DIR/model.sig (files, or shards)
+    oms.py sign-key DIR PRIV [SHARD_SIZE]   writes DIR/model.sig (files, or shards);
+                                            DIR may be one file (model.sig beside it)
     oms.py pki OUT                          OUT/{root,leaf,other_root}.pem, leaf.key
     oms.py sign-cert DIR KEY CERT [CHAIN..] writes DIR/model.sig (certificate method)
-    oms.py sigstore-like DIR OUT            a Fulcio-shaped leaf (SAN e-mail, OIDC
-                                            issuer extension) and a log entry;
-                                            OUT/fulcio_root.pem, OUT/trusted_root.json
-    oms.py verify-key DIR PUB               prints ok / the tool's error; exit 0 / 1
+    oms.py sigstore-like DIR OUT [DEFECT]   a Fulcio-shaped leaf (SAN e-mail, OIDC
+                                            issuer extension) and a Rekor-shaped dsse
+                                            log entry made with a test log key;
+                                            OUT/fulcio_root.pem, OUT/trusted_root.json.
+                                            DEFECT: body | set | proof | checkpoint |
+                                            time (one part of the entry wrong, the
+                                            rest signed properly)
+    oms.py sigstore-verify DIR ROOT_JSON    sigstore-python's own checks of the log
+                                            entry (inclusion proof, checkpoint, SET,
+                                            body against the bundle): ok / FAIL
+    oms.py verify-key DIR PUB [SHARD_SIZE]  prints ok / the tool's error; exit 0 / 1
     oms.py verify-cert DIR ROOT..           same, certificate method
 """
 
 import base64
 import datetime
+import hashlib
 import json
 import pathlib
 import sys
@@ -44,6 +53,11 @@ def write_key(key, priv, pub):
                 serialization.PublicFormat.SubjectPublicKeyInfo,
             )
         )
+
+
+def sig_of(d):
+    """model.sig in the folder, or beside a single signed file."""
+    return (d.parent if d.is_file() else d) / "model.sig"
 
 
 def hashing(shard_size=None):
@@ -88,6 +102,101 @@ def pem(c):
     return c.public_bytes(serialization.Encoding.PEM)
 
 
+def b64(b):
+    return base64.b64encode(b).decode()
+
+
+def node(left, right):
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def tree_head(leaves):
+    """RFC 6962 section 2.1: the Merkle tree hash of leaf hashes."""
+    if len(leaves) == 1:
+        return leaves[0]
+    k = 1 << ((len(leaves) - 1).bit_length() - 1)
+    return node(tree_head(leaves[:k]), tree_head(leaves[k:]))
+
+
+def audit_path(m, leaves):
+    """RFC 6962 section 2.1.1: the audit path of leaf m."""
+    if len(leaves) == 1:
+        return []
+    k = 1 << ((len(leaves) - 1).bit_length() - 1)
+    if m < k:
+        return audit_path(m, leaves[:k]) + [tree_head(leaves[k:])]
+    return audit_path(m - k, leaves[k:]) + [tree_head(leaves[:k])]
+
+
+def log_entry(bundle, leaf, defect):
+    """A Rekor-v1-shaped dsse 0.0.1 entry for `bundle`, logged at index 6
+    of an 11-leaf tree by a fresh P-256 log key; returns (entry, tlog) where
+    tlog is the trusted root's record of the log."""
+    import rfc8785
+
+    log_key = ec.generate_private_key(ec.SECP256R1())
+    spki = log_key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    log_id = hashlib.sha256(spki).digest()
+    env = bundle["dsseEnvelope"]
+    payload = base64.b64decode(env["payload"])
+    if defect == "body":
+        payload += b" "  # the log recorded some other payload
+    body = rfc8785.dumps(
+        {
+            "apiVersion": "0.0.1",
+            "kind": "dsse",
+            "spec": {
+                "envelopeHash": {"algorithm": "sha256", "value": hashlib.sha256(json.dumps(env).encode()).hexdigest()},
+                "payloadHash": {"algorithm": "sha256", "value": hashlib.sha256(payload).hexdigest()},
+                "signatures": [{"signature": s["sig"], "verifier": b64(pem(leaf))} for s in env["signatures"]],
+            },
+        }
+    )
+    index, size = 6, 11
+    leaves = [hashlib.sha256(b"\x00" + (body if i == index else b"other entry %d" % i)).digest() for i in range(size)]
+    root = tree_head(leaves)
+    path = audit_path(index, leaves)
+    if defect == "proof":
+        path[1] = bytes([path[1][0] ^ 1]) + path[1][1:]
+    origin = "bundlescope-test-log"
+    note = f"{origin} - 1\n{size}\n{b64(root)}\n"
+    note_key = ec.generate_private_key(ec.SECP256R1()) if defect == "checkpoint" else log_key
+    note_sig = note_key.sign(note.encode(), ec.ECDSA(hashes.SHA256()))
+    envelope = note + "\n" + f"\u2014 {origin} {b64(log_id[:4] + note_sig)}\n"
+    now = int(datetime.datetime.now(datetime.timezone.utc).timestamp())
+    t = now + 60 * 86400 if defect == "time" else now  # after the leaf expired
+    signed_t = t + 1 if defect == "set" else t
+    set_msg = rfc8785.dumps({"body": b64(body), "integratedTime": signed_t, "logID": log_id.hex(), "logIndex": index})
+    entry = {
+        "logIndex": str(index),
+        "logId": {"keyId": b64(log_id)},
+        "kindVersion": {"kind": "dsse", "version": "0.0.1"},
+        "integratedTime": str(t),
+        "inclusionPromise": {"signedEntryTimestamp": b64(log_key.sign(set_msg, ec.ECDSA(hashes.SHA256())))},
+        "inclusionProof": {
+            "logIndex": str(index),
+            "rootHash": b64(root),
+            "treeSize": str(size),
+            "hashes": [b64(h) for h in path],
+            "checkpoint": {"envelope": envelope},
+        },
+        "canonicalizedBody": b64(body),
+    }
+    tlog = {
+        "baseUrl": "https://log.example.com",
+        "hashAlgorithm": "SHA2_256",
+        "publicKey": {
+            "rawBytes": b64(spki),
+            "keyDetails": "PKIX_ECDSA_P256_SHA_256",
+            "validFor": {"start": "2020-01-01T00:00:00Z"},
+        },
+        "logId": {"keyId": b64(log_id)},
+    }
+    return entry, tlog
+
+
 def main(argv):
     cmd = argv[0]
     if cmd == "keygen":
@@ -96,7 +205,7 @@ def main(argv):
         d = pathlib.Path(argv[1])
         cfg = model_signing.signing.Config().use_elliptic_key_signer(private_key=argv[2])
         cfg.set_hashing_config(hashing(argv[3] if len(argv) > 3 else None))
-        cfg.sign(d, d / "model.sig")
+        cfg.sign(d, sig_of(d))
     elif cmd == "pki":
         out = pathlib.Path(argv[1])
         out.mkdir(parents=True, exist_ok=True)
@@ -158,18 +267,42 @@ def main(argv):
         # it: the leaf alone, and a transparency-log entry. The DSSE
         # signature covers only the payload, so it still holds.
         b = json.loads((d / "model.sig").read_text())
+        entry, tlog = log_entry(b, leaf, argv[3] if len(argv) > 3 else None)
+        b["mediaType"] = "application/vnd.dev.sigstore.bundle.v0.3+json"
         b["verificationMaterial"] = {
             "certificate": {"rawBytes": base64.b64encode(leaf.public_bytes(serialization.Encoding.DER)).decode()},
-            "tlogEntries": [{"logIndex": "12345", "integratedTime": str(int(datetime.datetime.now().timestamp()))}],
+            "tlogEntries": [entry],
         }
         (d / "model.sig").write_text(json.dumps(b))
         trusted = {
             "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+            "tlogs": [tlog],
             "certificateAuthorities": [
-                {"certChain": {"certificates": [{"rawBytes": base64.b64encode(root.public_bytes(serialization.Encoding.DER)).decode()}]}}
+                {
+                    "subject": {"organization": "bundlescope", "commonName": "sigstore-like root"},
+                    "uri": "https://ca.example.com",
+                    "certChain": {"certificates": [{"rawBytes": base64.b64encode(root.public_bytes(serialization.Encoding.DER)).decode()}]},
+                    "validFor": {"start": "2020-01-01T00:00:00Z"},
+                }
             ],
+            "ctlogs": [],
+            "timestampAuthorities": [],
         }
         (out / "trusted_root.json").write_text(json.dumps(trusted))
+    elif cmd == "sigstore-verify":
+        from sigstore._internal.trust import KeyringPurpose
+        from sigstore.models import Bundle, TrustedRoot
+        from sigstore.verify.verifier import _validate_dsse_v001_entry_body
+
+        try:
+            b = Bundle.from_json((pathlib.Path(argv[1]) / "model.sig").read_text())
+            root = TrustedRoot.from_file(argv[2])
+            b.log_entry._verify(root.rekor_keyring(KeyringPurpose.VERIFY))
+            _validate_dsse_v001_entry_body(b)
+        except Exception as e:  # the tool's verdict, whatever raised it
+            print(f"FAIL {type(e).__name__}: {e}")
+            return 1
+        print("ok")
     elif cmd in ("verify-key", "verify-cert"):
         d = pathlib.Path(argv[1])
         cfg = model_signing.verifying.Config()
@@ -178,8 +311,8 @@ def main(argv):
         else:
             cfg.use_certificate_verifier(certificate_chain=argv[2:])
         try:
-            cfg.set_hashing_config(hashing())
-            cfg.verify(d, d / "model.sig")
+            cfg.set_hashing_config(hashing(argv[-1] if argv[-1].isdigit() else None))
+            cfg.verify(d, sig_of(d))
         except Exception as e:  # the tool's verdict, whatever raised it
             print(f"FAIL {type(e).__name__}: {e}")
             return 1
