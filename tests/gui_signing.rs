@@ -79,3 +79,32 @@ fn summary_leads_with_the_signature_and_shows_a_tampered_one_failing() {
         g.verdict()
     );
 }
+
+#[test]
+fn a_file_signed_by_shards_says_it_was_read_but_not_hashed_whole() {
+    if !oms::available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("g");
+    assert_eq!(
+        common::cli(&["sample", dir.to_str().unwrap(), "--format", "gguf"]).code,
+        0
+    );
+    let file = dir.join("model.gguf");
+    let w = |n: &str| tmp.path().join(n).display().to_string();
+    oms::oms_ok(&["keygen", "p256", &w("k.pem"), &w("pub.pem")]);
+    oms::oms_ok(&["sign-key", file.to_str().unwrap(), &w("k.pem"), "4096"]);
+    let mut g = gui();
+    g.open(&file);
+    g.send(Command::SetSigningFile(
+        TrustFile::Key,
+        tmp.path().join("pub.pem"),
+    ));
+    g.harness.step();
+    g.finish();
+    assert!(g.shows("all digests match"), "not verified");
+    // Nothing expects the file's whole SHA-256: never "pending" forever.
+    assert!(g.shows("read; not hashed whole (signed shards)"));
+    assert!(!g.shows("… pending"));
+}

@@ -68,7 +68,7 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
             FileState::Verified => egui::Color32::from_rgb(0x2e, 0xa0, 0x4e),
             FileState::VerifiedCached => egui::Color32::from_rgb(0x5b, 0x8a, 0x68),
             FileState::Mismatch => ui.visuals().error_fg_color,
-            FileState::Hashed => ui.visuals().text_color(),
+            FileState::Hashed | FileState::ReadNotHashed => ui.visuals().text_color(),
             FileState::Pending => ui.visuals().weak_text_color(),
         };
         ui.horizontal(|ui| {

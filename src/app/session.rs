@@ -41,6 +41,9 @@ pub enum FileState {
     Pending,
     /// Hashed; no expected value to compare with.
     Hashed,
+    /// Read to the end but not hashed whole: nothing expects its SHA-256
+    /// (a signature by shards hashes its ranges instead).
+    ReadNotHashed,
     /// Hashed in this session and equal to the expected value.
     Verified,
     /// Equal when the cached audit ran; not hashed in this session.
@@ -55,6 +58,7 @@ impl FileState {
         match self {
             Self::Pending => "… pending",
             Self::Hashed => "hashed",
+            Self::ReadNotHashed => "read; not hashed whole (signed shards)",
             Self::Verified => "✔ verified",
             Self::VerifiedCached => "✔ verified (cached)",
             Self::Mismatch => "✖ mismatch",
@@ -193,6 +197,7 @@ impl Session {
             (Some(true), _) => FileState::Verified,
             (Some(false), _) => FileState::Mismatch,
             (None, Some(_)) => FileState::Hashed,
+            (None, None) if f.bytes.is_some() => FileState::ReadNotHashed,
             (None, None) => FileState::Pending,
         }
     }
