@@ -81,7 +81,9 @@ pub struct Session {
     pub tensor_findings: Vec<(u32, u32)>,
     /// Tensor scanned.
     pub tensor_done: Vec<bool>,
-    by_name: HashMap<String, usize>,
+    /// Tensor index by name, made at the first finding that names a
+    /// tensor (not when the index arrives: the table's first frame).
+    by_name: Option<HashMap<String, usize>>,
     /// Indices into the model's findings, by the tensor name they carry,
     /// so the detail panel does not walk every finding each frame.
     findings_by_name: HashMap<String, Vec<usize>>,
@@ -118,7 +120,7 @@ impl Session {
             log: Vec::new(),
             tensor_findings: Vec::new(),
             tensor_done: Vec::new(),
-            by_name: HashMap::new(),
+            by_name: None,
             findings_by_name: HashMap::new(),
             cached: None,
             cached_passed: None,
@@ -137,12 +139,7 @@ impl Session {
             Event::Opened(b) => {
                 self.tensor_findings = vec![(0, 0); b.tensors.len()];
                 self.tensor_done = vec![false; b.tensors.len()];
-                self.by_name = b
-                    .tensors
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| (t.name.clone(), i))
-                    .collect();
+                self.by_name = None;
                 let mut p: Vec<&str> = b.tensors.iter().map(|t| t.precision.as_str()).collect();
                 p.sort_unstable();
                 p.dedup();
@@ -150,7 +147,7 @@ impl Session {
                 let mut bits: Vec<u8> = b
                     .tensors
                     .iter()
-                    .filter_map(|t| super::tensors::quant_params(t).map(|q| q.bits))
+                    .filter_map(super::tensors::quant_bits)
                     .collect();
                 bits.sort_unstable();
                 bits.dedup();
@@ -208,7 +205,19 @@ impl Session {
             let at = self.model.findings.len();
             self.findings_by_name.entry(t.clone()).or_default().push(at);
         }
-        if let Some(i) = f.tensor.as_ref().and_then(|t| self.by_name.get(t))
+        let Some(t) = &f.tensor else {
+            return;
+        };
+        let by_name = self.by_name.get_or_insert_with(|| {
+            self.model.bundle.as_ref().map_or_else(HashMap::new, |b| {
+                b.tensors
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (t.name.clone(), i))
+                    .collect()
+            })
+        });
+        if let Some(i) = by_name.get(t)
             && let Some(c) = self.tensor_findings.get_mut(*i)
         {
             match f.severity {

@@ -161,6 +161,13 @@ pub fn quant_params(t: &TensorInfo) -> Option<QuantParams> {
     })
 }
 
+/// The bit width of tensor `t`'s module alone (no allocation: the index's
+/// first frame asks it of every tensor).
+pub fn quant_bits(t: &TensorInfo) -> Option<u8> {
+    let q = t.record.get("quantization")?;
+    u8::try_from(q.get("bits")?.as_u64()?).ok()
+}
+
 /// The bits cell: `4b g64`, `mxfp4 g32`, with `*` when a per-module entry
 /// of the config set it.
 pub fn bits_text(t: &TensorInfo) -> String {
@@ -185,8 +192,7 @@ pub fn visible_rows(s: &Session, b: &Bundle, view: &TableView) -> Vec<usize> {
             let t = &b.tensors[i];
             (needle.is_empty() || t.name.to_lowercase().contains(&needle))
                 && (view.precisions.is_empty() || view.precisions.contains(t.precision.as_str()))
-                && (view.bits.is_empty()
-                    || quant_params(t).is_some_and(|q| view.bits.contains(&q.bits)))
+                && (view.bits.is_empty() || quant_bits(t).is_some_and(|b| view.bits.contains(&b)))
         })
         .collect();
     let t = |i: usize| &b.tensors[i];

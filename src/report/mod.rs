@@ -120,10 +120,14 @@ pub fn totals(tensors: &[TensorInfo]) -> Totals {
             continue;
         }
         let member = mlxlm::counted_as(info);
-        let p = t
-            .by_precision
-            .entry(member.unwrap_or(info.precision.as_str()).to_string())
-            .or_default();
+        let key = member.unwrap_or(info.precision.as_str());
+        // Looked up before it is inserted: one String per precision, not per tensor.
+        if !t.by_precision.contains_key(key) {
+            t.by_precision.insert(key.to_string(), Default::default());
+        }
+        let Some(p) = t.by_precision.get_mut(key) else {
+            continue;
+        };
         let params = match member {
             Some(_) => 0,
             None => info.parameters().unwrap_or(0),
