@@ -11,6 +11,7 @@
 //! whose histogram is folded into the codes' at the end.
 
 use super::Carry;
+use crate::decode::experts::ExpertPart;
 use crate::decode::mlxlm as dm;
 use crate::decode::stats::{self, Blocks, CodeCounts, Quality, TensorStats};
 use crate::finding::Finding;
@@ -25,10 +26,15 @@ pub(super) struct CodesScan {
     start: u64,
     pos: u64,
     carry: Carry,
-    /// Byte histogram (2, 8 bits) or field histogram (3, 5, 6 bits).
-    hist: Vec<u64>,
-    /// Code counts of 4-bit codes (two a byte, counted by the nibble kernel).
-    nibbles: [u64; 16],
+    /// Bytes of one stacked expert (the whole tensor when not stacked).
+    per_expert: u64,
+    /// Rows of one expert.
+    rows: u64,
+    /// Per expert: byte histogram (2, 8 bits) or field histogram (3, 5, 6 bits).
+    hist: Vec<Vec<u64>>,
+    /// Per expert: code counts of 4-bit codes (two a byte, counted by the
+    /// nibble kernel).
+    nibbles: Vec<[u64; 16]>,
     first_nan: Option<u64>,
 }
 
@@ -43,27 +49,52 @@ fn field(bits: u8) -> (u32, u32) {
 }
 
 impl CodesScan {
-    /// A weight of `groups` scale groups, in `mode` with `bits`, at absolute offset `start`.
-    pub(super) fn new(mode: QuantMode, bits: u8, groups: u64, start: u64) -> Self {
+    /// A weight of `groups` scale groups, in `mode` with `bits`, at absolute
+    /// offset `start`, of `bytes` bytes stacking `experts` experts of `rows`
+    /// rows (each expert is counted on its own: they are peers).
+    pub(super) fn new(
+        mode: QuantMode,
+        bits: u8,
+        groups: u64,
+        start: u64,
+        (bytes, experts, rows): (u64, u64, u64),
+    ) -> Self {
         let straddles = matches!(bits, 3 | 5 | 6);
         let (width, _) = field(bits);
+        // experts is bounded by the module checks; one part when unstacked.
+        let parts = experts.max(1) as usize;
         Self {
             mode,
             bits,
             groups,
             start,
             pos: 0,
-            // A block of `bits` words holds 32 whole codes.
+            // A block of `bits` words holds 32 whole codes; an expert holds
+            // whole blocks (its rows hold a multiple of 32 codes).
             carry: Carry::new(if straddles { 4 * usize::from(bits) } else { 1 }),
-            hist: vec![0; if straddles { 1 << width } else { 256 }],
-            nibbles: [0; 16],
+            per_expert: (bytes / experts.max(1)).max(1),
+            rows,
+            hist: vec![vec![0; if straddles { 1 << width } else { 256 }]; parts],
+            nibbles: vec![[0; 16]; parts],
             first_nan: None,
         }
     }
 
-    /// Feeds the next bytes.
-    pub(super) fn feed(&mut self, data: &[u8]) {
-        let (bits, hist) = (self.bits, &mut self.hist);
+    /// Feeds the next bytes, expert by expert.
+    pub(super) fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let left = self.per_expert - self.pos % self.per_expert;
+            let n = usize::try_from(left).map_or(data.len(), |l| l.min(data.len()));
+            let e = ((self.pos / self.per_expert) as usize).min(self.hist.len() - 1);
+            let (now, later) = data.split_at(n);
+            self.feed_expert(e, now);
+            data = later;
+        }
+    }
+
+    /// Feeds bytes of expert `e`.
+    fn feed_expert(&mut self, e: usize, data: &[u8]) {
+        let (bits, hist) = (self.bits, &mut self.hist[e]);
         if matches!(bits, 3 | 5 | 6) {
             let (width, _) = field(bits);
             let fields = 32 * u32::from(bits) / width;
@@ -90,8 +121,7 @@ impl CodesScan {
             });
         } else if bits == 4 {
             // Affine 4-bit, mxfp4 and nvfp4 codes: a nibble each.
-            for (a, b) in self
-                .nibbles
+            for (a, b) in self.nibbles[e]
                 .iter_mut()
                 .zip(super::tally::nibble_counts(data))
             {
@@ -113,21 +143,21 @@ impl CodesScan {
         self.pos += data.len() as u64;
     }
 
-    /// The code counts (`counts[c]` = codes equal to `c`).
-    fn counts(&self) -> Vec<u64> {
+    /// The code counts of part `e` (`counts[c]` = codes equal to `c`).
+    fn counts(&self, e: usize) -> Vec<u64> {
         let bits = u32::from(self.bits);
         let levels = 1usize << bits;
         let mask = (levels - 1) as u64;
         let mut counts = vec![0u64; levels];
         if self.bits == 4 {
-            counts.copy_from_slice(&self.nibbles);
+            counts.copy_from_slice(&self.nibbles[e]);
             return counts;
         }
         let (width, per) = match self.bits {
             3 | 5 | 6 => field(self.bits),
             _ => (8, 8 / bits),
         };
-        for (v, &n) in self.hist.iter().enumerate() {
+        for (v, &n) in self.hist[e].iter().enumerate() {
             if n == 0 || v >> width != 0 {
                 continue;
             }
@@ -138,9 +168,25 @@ impl CodesScan {
         counts
     }
 
+    /// The share of `counts` at the extreme levels, as `mode` clips.
+    fn clipping(&self, codes: &CodeCounts) -> f64 {
+        match self.mode {
+            QuantMode::Affine => codes.clipping_share(),
+            // The float grids clip at their largest magnitude (±6 for
+            // E2M1, ±448 for E4M3).
+            _ => dm::extreme_share(self.mode, &codes.counts),
+        }
+    }
+
     /// Findings and statistics.
     pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
-        let counts = self.counts();
+        let per: Vec<Vec<u64>> = (0..self.hist.len()).map(|e| self.counts(e)).collect();
+        let mut counts = vec![0u64; 1usize << self.bits];
+        for p in &per {
+            for (a, b) in counts.iter_mut().zip(p) {
+                *a += b;
+            }
+        }
         if self.mode == QuantMode::Mxfp8 {
             let nan = counts[0x7f] + counts[0xff];
             if nan > 0 {
@@ -159,20 +205,25 @@ impl CodesScan {
                 );
             }
         }
-        let codes = CodeCounts {
+        let grid = |counts: Vec<u64>| CodeCounts {
             bits: u32::from(self.bits),
             zero: 0,
             max_code: ((1u32 << self.bits) - 1) as u8,
             counts,
         };
+        let experts = (per.len() > 1).then(|| {
+            let groups = self.groups / per.len() as u64;
+            per.into_iter()
+                .map(|c| {
+                    let c = grid(c);
+                    ExpertPart::from_codes(&c, self.clipping(&c), self.rows, groups)
+                })
+                .collect()
+        });
+        let codes = grid(counts);
         let mut quality = Quality {
             entropy_bits: codes.entropy_bits(),
-            clipping_share: match self.mode {
-                QuantMode::Affine => codes.clipping_share(),
-                // The float grids clip at their largest magnitude (±6 for
-                // E2M1, ±448 for E4M3).
-                _ => dm::extreme_share(self.mode, &codes.counts),
-            },
+            clipping_share: self.clipping(&codes),
             unused_levels: codes.unused_levels(),
             zero_groups: 0,
             groups: self.groups,
@@ -186,6 +237,7 @@ impl CodesScan {
         TensorStats {
             codes: Some(codes),
             quality: Some(quality),
+            experts,
             ..Default::default()
         }
     }
@@ -204,6 +256,20 @@ pub(super) struct RowOutliers {
     cur_key: u16,
     maxima: Vec<f32>,
     hist: Vec<u32>,
+    /// A stacked tensor's experts: each one's magnitude keys, for its own
+    /// median and p99 (the experts are peers of each other).
+    experts: Option<ExpertKeys>,
+}
+
+/// Per-expert histograms of magnitude keys `>> shift`.
+struct ExpertKeys {
+    /// Rows per expert.
+    rows: u64,
+    shift: u32,
+    /// Whether bin 0 holds the zero scales (left out of the quantiles,
+    /// counted as zero groups).
+    zero_bin: bool,
+    hists: Vec<Vec<u32>>,
 }
 
 impl RowOutliers {
@@ -216,15 +282,41 @@ impl RowOutliers {
             cur_key: 0,
             maxima: Vec::new(),
             hist: vec![0; 1 << 15],
+            experts: None,
         }
+    }
+
+    /// Also keeps each of `experts` experts' (of `rows` rows each) keys,
+    /// `key_bits` wide, at `2^(key_bits - bits)` keys a bin; `zero_bin`:
+    /// key 0 is a zero scale. Nothing for an unstacked tensor.
+    pub(super) fn per_expert(mut self, experts: u64, rows: u64, key_bits: u32, bits: u32, zero_bin: bool) -> Self {
+        if experts > 1 && rows > 0 {
+            let shift = key_bits.saturating_sub(bits);
+            self.experts = Some(ExpertKeys {
+                rows,
+                shift,
+                zero_bin,
+                // experts is bounded (<= 1024) by the metadata checks.
+                hists: vec![vec![0; 1 << (key_bits - shift)]; experts as usize],
+            });
+        }
+        self
     }
 
     /// One scale: its magnitude and its 15-bit key (ordered like the magnitude).
     #[inline]
-    fn see(&mut self, magnitude: f32, key: u16) {
+    pub(super) fn see(&mut self, magnitude: f32, key: u16) {
         if magnitude.is_finite() {
             self.cur = self.cur.max(magnitude);
             self.hist[usize::from(key & 0x7fff)] += 1;
+            if let Some(x) = &mut self.experts {
+                let e = (self.maxima.len() as u64 / x.rows) as usize;
+                if let Some(h) = x.hists.get_mut(e)
+                    && let Some(n) = h.get_mut(usize::from(key & 0x7fff) >> x.shift)
+                {
+                    *n += 1;
+                }
+            }
         }
         self.in_row += 1;
         if self.in_row == self.groups {
@@ -245,6 +337,20 @@ impl RowOutliers {
         while rest.len() >= 2 {
             let take = ((self.groups - self.in_row) as usize).min(rest.len() / 2);
             let (now, later) = rest.split_at(2 * take);
+            if let Some(x) = &mut self.experts {
+                // One row: one expert.
+                let e = (self.maxima.len() as u64 / x.rows) as usize;
+                if let Some(h) = x.hists.get_mut(e) {
+                    for c in now.chunks_exact(2) {
+                        let key = u16::from_le_bytes([c[0], c[1]]) & 0x7fff;
+                        if key < inf
+                            && let Some(n) = h.get_mut(usize::from(key) >> x.shift)
+                        {
+                            *n += 1;
+                        }
+                    }
+                }
+            }
             self.cur_key = now
                 .chunks_exact(2)
                 .map(|c| {
@@ -286,6 +392,42 @@ impl RowOutliers {
         (low <= high).then_some((low, high))
     }
 
+    /// Each expert's scale part (median, p99, outlier rows, zero scales),
+    /// when the tensor is stacked; `value` turns a key back into its
+    /// magnitude.
+    pub(super) fn expert_parts(&self, value: impl Fn(u16) -> f32) -> Option<Vec<ExpertPart>> {
+        let x = self.experts.as_ref()?;
+        let rows = usize::try_from(x.rows).ok()?;
+        let half = (1u32 << x.shift) >> 1;
+        Some(
+            x.hists
+                .iter()
+                .enumerate()
+                .map(|(e, h)| {
+                    let values: Vec<(f64, u64)> = h
+                        .iter()
+                        .enumerate()
+                        .filter(|&(bin, &n)| n > 0 && !(x.zero_bin && bin == 0))
+                        .map(|(bin, &n)| {
+                            let key = ((bin as u32) << x.shift | half) as u16;
+                            (f64::from(value(key)), u64::from(n))
+                        })
+                        .collect();
+                    let maxima: Vec<f64> = self
+                        .maxima
+                        .get(e * rows..((e + 1) * rows).min(self.maxima.len()))
+                        .unwrap_or(&[])
+                        .iter()
+                        .map(|&m| f64::from(m))
+                        .collect();
+                    let mut part = ExpertPart::from_scales(values, &maxima);
+                    part.zero_groups = x.zero_bin.then(|| u64::from(h.first().copied().unwrap_or(0)));
+                    part
+                })
+                .collect(),
+        )
+    }
+
     /// Rows whose largest magnitude exceeds 8× the median; `value` turns a
     /// key back into its magnitude.
     fn count(&self, value: impl Fn(u16) -> f32) -> u64 {
@@ -324,7 +466,13 @@ impl ScalesScan {
             // experts is bounded by the module checks.
             hists: vec![[0u64; 256]; experts as usize],
             first_bad: None,
-            rows: RowOutliers::new(groups),
+            rows: RowOutliers::new(groups).per_expert(
+                experts,
+                per_expert / groups.max(1),
+                8,
+                8,
+                kind == ScaleKind::E4m3,
+            ),
         }
     }
 
@@ -424,6 +572,9 @@ impl ScalesScan {
         if self.kind == ScaleKind::E4m3 {
             out.e4m3 = Some(stats::E4m3Stats::from_hists(&self.hists));
         }
+        out.experts = self
+            .rows
+            .expert_parts(|k| dm::scale_byte(kind, k as u8).abs());
         out
     }
 }
@@ -478,6 +629,13 @@ impl AbsRange {
                 DenseDtype::F16 => rows.see_halves(whole, 0x7c00, crate::decode::f16_to_f32),
             }
         });
+    }
+
+    /// Also each of `experts` stacked experts' (`rows` rows each) scale
+    /// statistics.
+    pub(super) fn per_expert(mut self, experts: u64, rows: u64) -> Self {
+        self.rows = self.rows.per_expert(experts, rows, 15, 12, true);
+        self
     }
 
     /// `[min, max]` of the nonzero finite magnitudes (when there is one),
@@ -540,7 +698,9 @@ impl AbsRange {
             }
         }
         let label = format!("|{}|", self.dtype.as_str());
+        let experts = self.rows.expert_parts(value);
         ScalesFound {
+            experts,
             range: range.map(|(lo, hi)| [f64::from(lo), f64::from(hi)]),
             outliers,
             zeros,
@@ -560,6 +720,8 @@ pub(super) struct ScalesFound {
     pub(super) zeros: u64,
     /// The magnitudes' distribution (zeros counted as invalid).
     pub(super) summary: stats::ScaleSummary,
+    /// A stacked module's scales, expert by expert.
+    pub(super) experts: Option<Vec<ExpertPart>>,
 }
 
 #[cfg(test)]
