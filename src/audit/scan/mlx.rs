@@ -30,11 +30,19 @@ pub(super) struct CodesScan {
     per_expert: u64,
     /// Rows of one expert.
     rows: u64,
-    /// Per expert: byte histogram (2, 8 bits) or field histogram (3, 5, 6 bits).
-    hist: Vec<Vec<u64>>,
-    /// Per expert: code counts of 4-bit codes (two a byte, counted by the
-    /// nibble kernel).
-    nibbles: Vec<[u64; 16]>,
+    /// Experts stacked (1 when not stacked).
+    experts: usize,
+    /// The expert being counted: its byte histogram (2, 8 bits) or field
+    /// histogram (3, 5, 6 bits), or its 4-bit code counts (two a byte,
+    /// counted by the nibble kernel). An expert's bytes are contiguous, so
+    /// one histogram serves them all, folded into the totals (and the
+    /// expert's own statistics) as the next begins.
+    current: usize,
+    hist: Vec<u64>,
+    nibbles: [u64; 16],
+    /// Code counts of the experts before the current one.
+    total: Vec<u64>,
+    parts: Vec<ExpertPart>,
     first_nan: Option<u64>,
 }
 
@@ -61,8 +69,6 @@ impl CodesScan {
     ) -> Self {
         let straddles = matches!(bits, 3 | 5 | 6);
         let (width, _) = field(bits);
-        // experts is bounded by the module checks; one part when unstacked.
-        let parts = experts.max(1) as usize;
         Self {
             mode,
             bits,
@@ -74,8 +80,13 @@ impl CodesScan {
             carry: Carry::new(if straddles { 4 * usize::from(bits) } else { 1 }),
             per_expert: (bytes / experts.max(1)).max(1),
             rows,
-            hist: vec![vec![0; if straddles { 1 << width } else { 256 }]; parts],
-            nibbles: vec![[0; 16]; parts],
+            // experts is bounded by the module checks.
+            experts: experts.max(1) as usize,
+            current: 0,
+            hist: vec![0; if straddles { 1 << width } else { 256 }],
+            nibbles: [0; 16],
+            total: vec![0; 1 << bits],
+            parts: Vec::new(),
             first_nan: None,
         }
     }
@@ -85,16 +96,19 @@ impl CodesScan {
         while !data.is_empty() {
             let left = self.per_expert - self.pos % self.per_expert;
             let n = usize::try_from(left).map_or(data.len(), |l| l.min(data.len()));
-            let e = ((self.pos / self.per_expert) as usize).min(self.hist.len() - 1);
+            let e = ((self.pos / self.per_expert) as usize).min(self.experts - 1);
+            while self.current < e {
+                self.fold();
+            }
             let (now, later) = data.split_at(n);
-            self.feed_expert(e, now);
+            self.feed_expert(now);
             data = later;
         }
     }
 
-    /// Feeds bytes of expert `e`.
-    fn feed_expert(&mut self, e: usize, data: &[u8]) {
-        let (bits, hist) = (self.bits, &mut self.hist[e]);
+    /// Feeds bytes of the current expert.
+    fn feed_expert(&mut self, data: &[u8]) {
+        let (bits, hist) = (self.bits, &mut self.hist);
         if matches!(bits, 3 | 5 | 6) {
             let (width, _) = field(bits);
             let fields = 32 * u32::from(bits) / width;
@@ -121,7 +135,8 @@ impl CodesScan {
             });
         } else if bits == 4 {
             // Affine 4-bit, mxfp4 and nvfp4 codes: a nibble each.
-            for (a, b) in self.nibbles[e]
+            for (a, b) in self
+                .nibbles
                 .iter_mut()
                 .zip(super::tally::nibble_counts(data))
             {
@@ -143,21 +158,49 @@ impl CodesScan {
         self.pos += data.len() as u64;
     }
 
-    /// The code counts of part `e` (`counts[c]` = codes equal to `c`).
-    fn counts(&self, e: usize) -> Vec<u64> {
+    /// Adds the current expert's counts to the totals (and, when stacked,
+    /// its statistics to the experts'), and starts the next.
+    fn fold(&mut self) {
+        let counts = self.counts();
+        for (a, b) in self.total.iter_mut().zip(&counts) {
+            *a += b;
+        }
+        if self.experts > 1 {
+            let c = self.grid(counts);
+            let groups = self.groups / self.experts as u64;
+            let part = ExpertPart::from_codes(&c, self.clipping(&c), self.rows, groups);
+            self.parts.push(part);
+        }
+        self.hist.fill(0);
+        self.nibbles = [0; 16];
+        self.current += 1;
+    }
+
+    /// Counts on this tensor's code grid.
+    fn grid(&self, counts: Vec<u64>) -> CodeCounts {
+        CodeCounts {
+            bits: u32::from(self.bits),
+            zero: 0,
+            max_code: ((1u32 << self.bits) - 1) as u8,
+            counts,
+        }
+    }
+
+    /// The current expert's code counts (`counts[c]` = codes equal to `c`).
+    fn counts(&self) -> Vec<u64> {
         let bits = u32::from(self.bits);
         let levels = 1usize << bits;
         let mask = (levels - 1) as u64;
         let mut counts = vec![0u64; levels];
         if self.bits == 4 {
-            counts.copy_from_slice(&self.nibbles[e]);
+            counts.copy_from_slice(&self.nibbles);
             return counts;
         }
         let (width, per) = match self.bits {
             3 | 5 | 6 => field(self.bits),
             _ => (8, 8 / bits),
         };
-        for (v, &n) in self.hist[e].iter().enumerate() {
+        for (v, &n) in self.hist.iter().enumerate() {
             if n == 0 || v >> width != 0 {
                 continue;
             }
@@ -179,14 +222,11 @@ impl CodesScan {
     }
 
     /// Findings and statistics.
-    pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
-        let per: Vec<Vec<u64>> = (0..self.hist.len()).map(|e| self.counts(e)).collect();
-        let mut counts = vec![0u64; 1usize << self.bits];
-        for p in &per {
-            for (a, b) in counts.iter_mut().zip(p) {
-                *a += b;
-            }
+    pub(super) fn finish(mut self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
+        while self.current < self.experts {
+            self.fold();
         }
+        let counts = std::mem::take(&mut self.total);
         if self.mode == QuantMode::Mxfp8 {
             let nan = counts[0x7f] + counts[0xff];
             if nan > 0 {
@@ -205,22 +245,8 @@ impl CodesScan {
                 );
             }
         }
-        let grid = |counts: Vec<u64>| CodeCounts {
-            bits: u32::from(self.bits),
-            zero: 0,
-            max_code: ((1u32 << self.bits) - 1) as u8,
-            counts,
-        };
-        let experts = (per.len() > 1).then(|| {
-            let groups = self.groups / per.len() as u64;
-            per.into_iter()
-                .map(|c| {
-                    let c = grid(c);
-                    ExpertPart::from_codes(&c, self.clipping(&c), self.rows, groups)
-                })
-                .collect()
-        });
-        let codes = grid(counts);
+        let experts = (self.experts > 1).then(|| std::mem::take(&mut self.parts));
+        let codes = self.grid(counts);
         let mut quality = Quality {
             entropy_bits: codes.entropy_bits(),
             clipping_share: self.clipping(&codes),
@@ -261,15 +287,65 @@ pub(super) struct RowOutliers {
     experts: Option<ExpertKeys>,
 }
 
-/// Per-expert histograms of magnitude keys `>> shift`.
+/// A stacked tensor's experts' scale statistics. An expert's scales are
+/// contiguous, so one histogram of magnitude keys `>> shift` serves them
+/// all: summarised and cleared as the next expert begins (memory of one
+/// histogram and a few numbers an expert, however many experts a file
+/// claims).
 struct ExpertKeys {
-    /// Rows per expert.
+    /// Experts and rows per expert.
+    experts: usize,
     rows: u64,
     shift: u32,
     /// Whether bin 0 holds the zero scales (left out of the quantiles,
     /// counted as zero groups).
     zero_bin: bool,
-    hists: Vec<Vec<u32>>,
+    value: fn(u16) -> f32,
+    /// The expert being counted, and its histogram.
+    current: usize,
+    hist: Vec<u32>,
+    parts: Vec<ExpertPart>,
+}
+
+impl ExpertKeys {
+    /// Summarises the current expert (its rows' maxima are `maxima`) and
+    /// clears the histogram for the next.
+    fn flush(&mut self, maxima: &[f32]) {
+        let rows = usize::try_from(self.rows).unwrap_or(usize::MAX);
+        let e = self.current;
+        let half = (1u32 << self.shift) >> 1;
+        let values: Vec<(f64, u64)> = self
+            .hist
+            .iter()
+            .enumerate()
+            .filter(|&(bin, &n)| n > 0 && !(self.zero_bin && bin == 0))
+            .map(|(bin, &n)| {
+                let key = (((bin as u32) << self.shift) | half) as u16;
+                (f64::from((self.value)(key)), u64::from(n))
+            })
+            .collect();
+        let lo = e.saturating_mul(rows).min(maxima.len());
+        let hi = lo.saturating_add(rows).min(maxima.len());
+        let row_max: Vec<f64> = maxima[lo..hi].iter().map(|&m| f64::from(m)).collect();
+        let mut part = ExpertPart::from_scales(values, &row_max);
+        part.rows = self.rows;
+        part.zero_groups = self
+            .zero_bin
+            .then(|| u64::from(self.hist.first().copied().unwrap_or(0)));
+        self.parts.push(part);
+        self.hist.fill(0);
+        self.current += 1;
+    }
+
+    /// The histogram of the expert row `row` is in, once the experts
+    /// before it are summarised.
+    fn at_row(&mut self, row: usize, maxima: &[f32]) -> Option<&mut Vec<u32>> {
+        let e = (row as u64 / self.rows) as usize;
+        while self.current < e && self.current < self.experts {
+            self.flush(maxima);
+        }
+        (self.current == e && e < self.experts).then_some(&mut self.hist)
+    }
 }
 
 impl RowOutliers {
@@ -286,18 +362,29 @@ impl RowOutliers {
         }
     }
 
-    /// Also keeps each of `experts` experts' (of `rows` rows each) keys,
-    /// `key_bits` wide, at `2^(key_bits - bits)` keys a bin; `zero_bin`:
-    /// key 0 is a zero scale. Nothing for an unstacked tensor.
-    pub(super) fn per_expert(mut self, experts: u64, rows: u64, key_bits: u32, bits: u32, zero_bin: bool) -> Self {
+    /// Also summarises each of `experts` experts' (of `rows` rows each)
+    /// scales: keys `key_bits` wide, `2^(key_bits - bits)` keys a bin,
+    /// `value` turning a key into its magnitude; `zero_bin`: key 0 is a
+    /// zero scale. Nothing for an unstacked tensor.
+    pub(super) fn per_expert(
+        mut self,
+        (experts, rows): (u64, u64),
+        (key_bits, bits): (u32, u32),
+        value: fn(u16) -> f32,
+        zero_bin: bool,
+    ) -> Self {
         if experts > 1 && rows > 0 {
             let shift = key_bits.saturating_sub(bits);
             self.experts = Some(ExpertKeys {
+                // experts is bounded by the metadata checks.
+                experts: experts as usize,
                 rows,
                 shift,
                 zero_bin,
-                // experts is bounded (<= 1024) by the metadata checks.
-                hists: vec![vec![0; 1 << (key_bits - shift)]; experts as usize],
+                value,
+                current: 0,
+                hist: vec![0; 1 << (key_bits - shift)],
+                parts: Vec::new(),
             });
         }
         self
@@ -310,9 +397,9 @@ impl RowOutliers {
             self.cur = self.cur.max(magnitude);
             self.hist[usize::from(key & 0x7fff)] += 1;
             if let Some(x) = &mut self.experts {
-                let e = (self.maxima.len() as u64 / x.rows) as usize;
-                if let Some(h) = x.hists.get_mut(e)
-                    && let Some(n) = h.get_mut(usize::from(key & 0x7fff) >> x.shift)
+                let shift = x.shift;
+                if let Some(h) = x.at_row(self.maxima.len(), &self.maxima)
+                    && let Some(n) = h.get_mut(usize::from(key & 0x7fff) >> shift)
                 {
                     *n += 1;
                 }
@@ -339,12 +426,12 @@ impl RowOutliers {
             let (now, later) = rest.split_at(2 * take);
             if let Some(x) = &mut self.experts {
                 // One row: one expert.
-                let e = (self.maxima.len() as u64 / x.rows) as usize;
-                if let Some(h) = x.hists.get_mut(e) {
+                let shift = x.shift;
+                if let Some(h) = x.at_row(self.maxima.len(), &self.maxima) {
                     for c in now.chunks_exact(2) {
                         let key = u16::from_le_bytes([c[0], c[1]]) & 0x7fff;
                         if key < inf
-                            && let Some(n) = h.get_mut(usize::from(key) >> x.shift)
+                            && let Some(n) = h.get_mut(usize::from(key) >> shift)
                         {
                             *n += 1;
                         }
@@ -393,39 +480,13 @@ impl RowOutliers {
     }
 
     /// Each expert's scale part (median, p99, outlier rows, zero scales),
-    /// when the tensor is stacked; `value` turns a key back into its
-    /// magnitude.
-    pub(super) fn expert_parts(&self, value: impl Fn(u16) -> f32) -> Option<Vec<ExpertPart>> {
-        let x = self.experts.as_ref()?;
-        let rows = usize::try_from(x.rows).ok()?;
-        let half = (1u32 << x.shift) >> 1;
-        Some(
-            x.hists
-                .iter()
-                .enumerate()
-                .map(|(e, h)| {
-                    let values: Vec<(f64, u64)> = h
-                        .iter()
-                        .enumerate()
-                        .filter(|&(bin, &n)| n > 0 && !(x.zero_bin && bin == 0))
-                        .map(|(bin, &n)| {
-                            let key = ((bin as u32) << x.shift | half) as u16;
-                            (f64::from(value(key)), u64::from(n))
-                        })
-                        .collect();
-                    let maxima: Vec<f64> = self
-                        .maxima
-                        .get(e * rows..((e + 1) * rows).min(self.maxima.len()))
-                        .unwrap_or(&[])
-                        .iter()
-                        .map(|&m| f64::from(m))
-                        .collect();
-                    let mut part = ExpertPart::from_scales(values, &maxima);
-                    part.zero_groups = x.zero_bin.then(|| u64::from(h.first().copied().unwrap_or(0)));
-                    part
-                })
-                .collect(),
-        )
+    /// when the tensor is stacked.
+    pub(super) fn expert_parts(&mut self) -> Option<Vec<ExpertPart>> {
+        let x = self.experts.as_mut()?;
+        while x.current < x.experts {
+            x.flush(&self.maxima);
+        }
+        Some(std::mem::take(&mut x.parts))
     }
 
     /// Rows whose largest magnitude exceeds 8× the median; `value` turns a
@@ -467,10 +528,12 @@ impl ScalesScan {
             hists: vec![[0u64; 256]; experts as usize],
             first_bad: None,
             rows: RowOutliers::new(groups).per_expert(
-                experts,
-                per_expert / groups.max(1),
-                8,
-                8,
+                (experts, per_expert / groups.max(1)),
+                (8, 8),
+                match kind {
+                    ScaleKind::E8m0 => |k| dm::scale_byte(ScaleKind::E8m0, k as u8),
+                    ScaleKind::E4m3 => |k| dm::scale_byte(ScaleKind::E4m3, k as u8).abs(),
+                },
                 kind == ScaleKind::E4m3,
             ),
         }
@@ -528,7 +591,7 @@ impl ScalesScan {
     }
 
     /// Findings and statistics; `start` is the tensor's absolute offset.
-    pub(super) fn finish(self, name: &str, start: u64, findings: &mut Vec<Finding>) -> TensorStats {
+    pub(super) fn finish(mut self, name: &str, start: u64, findings: &mut Vec<Finding>) -> TensorStats {
         let mut total = [0u64; 256];
         for h in &self.hists {
             for (a, b) in total.iter_mut().zip(h) {
@@ -572,9 +635,7 @@ impl ScalesScan {
         if self.kind == ScaleKind::E4m3 {
             out.e4m3 = Some(stats::E4m3Stats::from_hists(&self.hists));
         }
-        out.experts = self
-            .rows
-            .expert_parts(|k| dm::scale_byte(kind, k as u8).abs());
+        out.experts = self.rows.expert_parts();
         out
     }
 }
@@ -634,7 +695,12 @@ impl AbsRange {
     /// Also each of `experts` stacked experts' (`rows` rows each) scale
     /// statistics.
     pub(super) fn per_expert(mut self, experts: u64, rows: u64) -> Self {
-        self.rows = self.rows.per_expert(experts, rows, 15, 12, true);
+        use crate::decode::{bf16_to_f32, f16_to_f32};
+        let value: fn(u16) -> f32 = match self.dtype {
+            crate::format::DenseDtype::F16 => f16_to_f32,
+            _ => bf16_to_f32,
+        };
+        self.rows = self.rows.per_expert((experts, rows), (15, 15), value, true);
         self
     }
 
@@ -698,7 +764,7 @@ impl AbsRange {
             }
         }
         let label = format!("|{}|", self.dtype.as_str());
-        let experts = self.rows.expert_parts(value);
+        let experts = self.rows.expert_parts();
         ScalesFound {
             experts,
             range: range.map(|(lo, hi)| [f64::from(lo), f64::from(hi)]),

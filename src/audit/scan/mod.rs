@@ -5,6 +5,8 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod dense;
+#[cfg(test)]
+mod expert_tests;
 mod gguf;
 mod mlx;
 mod nvfp4;

@@ -31,7 +31,12 @@ impl E4m3Scan {
             // experts is bounded (<= 1024) by the metadata checks.
             hists: vec![[0u64; 256]; experts as usize],
             first_nan: None,
-            rows: RowOutliers::new(groups).per_expert(experts, rows, 8, 8, true),
+            rows: RowOutliers::new(groups).per_expert(
+                (experts, rows),
+                (8, 8),
+                |k| e4m3(k as u8),
+                true,
+            ),
             table: e4m3_table(),
         }
     }
@@ -66,7 +71,7 @@ impl E4m3Scan {
     }
 
     /// Findings and statistics; `start` is the tensor's absolute offset.
-    pub(super) fn finish(self, name: &str, start: u64, findings: &mut Vec<Finding>) -> TensorStats {
+    pub(super) fn finish(mut self, name: &str, start: u64, findings: &mut Vec<Finding>) -> TensorStats {
         let e4 = stats::E4m3Stats::from_hists(&self.hists);
         if e4.nan > 0 {
             let at = self.first_nan.unwrap_or(start);
@@ -87,7 +92,7 @@ impl E4m3Scan {
         }
         TensorStats {
             e4m3: Some(e4),
-            experts: self.rows.expert_parts(|k| e4m3(k as u8)),
+            experts: self.rows.expert_parts(),
             ..Default::default()
         }
     }
