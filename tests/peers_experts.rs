@@ -109,6 +109,15 @@ enum Nv {
     GlobalScale,
     ZeroedRows,
     ShiftedLevels,
+    /// Its codes, scales and global scale copied from expert 2.
+    Copied,
+}
+
+/// Copies expert 2's slice of a stacked tensor's bytes over expert 5's.
+fn copy_expert(b: &mut [u8], experts: usize) {
+    let per = b.len() / experts;
+    let from = b[2 * per..3 * per].to_vec();
+    b[EXPERT * per..(EXPERT + 1) * per].copy_from_slice(&from);
 }
 
 #[test]
@@ -127,9 +136,17 @@ fn one_damaged_nvfp4_expert_puts_its_tensor_first_and_is_named() {
         (Nv::GlobalScale, "its global scale 4× too large"),
         (Nv::ZeroedRows, "5% of rows zeroed (all codes +0)"),
         (Nv::ShiftedLevels, "every magnitude up by one step"),
+        (Nv::Copied, "its bytes copied from expert 2"),
     ] {
         let a = Artifact::with(&o);
         match d {
+            Nv::Copied => {
+                for part in ["weight", "scales", "global_scale"] {
+                    a.patch(&format!("{base}.{part}"), |b| {
+                        copy_expert(b, EXPERTS as usize)
+                    });
+                }
+            }
             Nv::GlobalScale => a.patch(&format!("{base}.global_scale"), |b| {
                 let at = EXPERT * 4;
                 let g = f32::from_le_bytes(b[at..at + 4].try_into().unwrap());
@@ -210,12 +227,13 @@ fn bf16_times_pow2(h: u16, k: u16) -> u16 {
 }
 
 /// Damage kinds of an affine MLX-LM expert: the corpus's.
-const MLX_DAMAGE: [(&str, u8); 5] = [
+const MLX_DAMAGE: [(&str, u8); 6] = [
     ("30% of codes pushed to the extreme levels", 0),
     ("5% of rows with scales 16× too large", 1),
     ("every scale 4× too large", 2),
     ("5% of rows zeroed (all codes 0)", 3),
     ("every level shifted up by one", 4),
+    ("its bytes copied from expert 2", 5),
 ];
 
 #[test]
@@ -242,6 +260,13 @@ fn one_damaged_switch_mlp_expert_puts_its_tensor_first_and_is_named() {
     for (label, d) in MLX_DAMAGE {
         let (_tmp, dir) = write();
         match d {
+            5 => {
+                for part in ["weight", "scales", "biases"] {
+                    patch(&dir, &format!("{module}.{part}"), |b| {
+                        copy_expert(b, EXPERTS as usize)
+                    });
+                }
+            }
             1 | 2 => {
                 // Scales and biases alike: the values themselves scaled.
                 for part in ["scales", "biases"] {

@@ -46,6 +46,69 @@ pub struct ExpertPart {
     /// Rows whose largest scale exceeds 8× the expert's median scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outlier_rows: Option<u64>,
+    /// A 64-bit digest of the expert's code bytes ([`Digest`]): two
+    /// experts with the same one hold the same codes (one copied over the
+    /// other, a classic stacking mistake).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<u64>,
+}
+
+/// A fast 64-bit digest of a byte stream, the same however the stream is
+/// cut: eight bytes a step, so hashing an expert's codes costs little
+/// beside counting them. Not cryptographic: it tells copies from
+/// different bytes, not a forgery.
+#[derive(Debug, Clone, Default)]
+pub struct Digest {
+    h: u64,
+    len: u64,
+    tail: [u8; 8],
+    fill: usize,
+}
+
+impl Digest {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+
+    fn word(&mut self, w: u64) {
+        self.h = (self.h.rotate_left(5) ^ w).wrapping_mul(Self::K);
+    }
+
+    /// Adds bytes.
+    pub fn feed(&mut self, mut data: &[u8]) {
+        self.len += data.len() as u64;
+        if self.fill > 0 {
+            let take = (8 - self.fill).min(data.len());
+            self.tail[self.fill..self.fill + take].copy_from_slice(&data[..take]);
+            self.fill += take;
+            data = &data[take..];
+            if self.fill < 8 {
+                return;
+            }
+            self.word(u64::from_le_bytes(self.tail));
+            self.fill = 0;
+        }
+        let (words, rest) = data.as_chunks::<8>();
+        for w in words {
+            self.word(u64::from_le_bytes(*w));
+        }
+        self.tail[..rest.len()].copy_from_slice(rest);
+        self.fill = rest.len();
+    }
+
+    /// The digest of everything fed; starts over.
+    pub fn finish(&mut self) -> u64 {
+        if self.fill > 0 {
+            let mut last = [0u8; 8];
+            last[..self.fill].copy_from_slice(&self.tail[..self.fill]);
+            self.word(u64::from_le_bytes(last));
+        }
+        self.word(self.len);
+        // A final avalanche, so nearby inputs land far apart.
+        let mut z = self.h;
+        z = (z ^ (z >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        z = (z ^ (z >> 33)).wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        *self = Self::default();
+        z ^ (z >> 33)
+    }
 }
 
 /// Mean and standard deviation of the levels (`code - zero`) of `c`'s
@@ -182,6 +245,18 @@ pub fn compare(parts: &[ExpertPart]) -> Option<ExpertVerdict> {
     for (e, fe) in feats.iter().enumerate() {
         let mut z = BTreeMap::new();
         let mut causes: Vec<(f64, String)> = Vec::new();
+        // The same codes as an earlier expert: the later one is taken for
+        // the copy (as between layers); codes all one level (entropy 0)
+        // are no evidence of a copy.
+        if let Some(d) = parts[e].digest
+            && parts[e].entropy_bits.is_some_and(|h| h > 0.0)
+            && let Some(j) = parts[..e].iter().position(|p| p.digest == Some(d))
+        {
+            causes.push((
+                peers::TWIN_SCORE + 0.01,
+                format!("the same codes as expert {j} (64-bit digest)"),
+            ));
+        }
         for (k, f) in Feature::ALL.iter().enumerate() {
             let Some(x) = fe[k] else { continue };
             let others: Vec<f64> = feats
@@ -264,6 +339,46 @@ mod tests {
         let alike: Vec<ExpertPart> = parts.iter().map(|p| ExpertPart { scale_median: Some(0.01), scale_p99: Some(0.03), ..p.clone() }).collect();
         assert!(compare(&alike).unwrap().score < 0.5);
         assert!(compare(&alike[..3]).is_none());
+    }
+
+    #[test]
+    fn digests_do_not_depend_on_the_cuts() {
+        let bytes: Vec<u8> = (0..1000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let mut d = Digest::default();
+        d.feed(&bytes);
+        let whole = d.finish();
+        for cut in [1, 3, 8, 13] {
+            for p in bytes.chunks(cut) {
+                d.feed(p);
+            }
+            assert_eq!(d.finish(), whole, "pieces of {cut}");
+        }
+        d.feed(&bytes[..999]);
+        assert_ne!(d.finish(), whole);
+        let mut other = bytes.clone();
+        other[500] ^= 1;
+        d.feed(&other);
+        assert_ne!(d.finish(), whole);
+    }
+
+    #[test]
+    fn a_copied_expert_is_named_with_its_twin() {
+        let parts: Vec<ExpertPart> = (0..6)
+            .map(|e| ExpertPart {
+                rows: 8,
+                groups: 8,
+                entropy_bits: Some(3.5),
+                digest: Some(if e == 4 { 1 } else { e }),
+                ..Default::default()
+            })
+            .collect();
+        let v = compare(&parts).unwrap();
+        assert_eq!(v.expert, 4);
+        assert!(v.score > peers::TWIN_SCORE, "{v:?}");
+        assert_eq!(
+            v.reason,
+            "expert 4 of 6: the same codes as expert 1 (64-bit digest)"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! whose histogram is folded into the codes' at the end.
 
 use super::Carry;
-use crate::decode::experts::ExpertPart;
+use crate::decode::experts::{Digest, ExpertPart};
 use crate::decode::mlxlm as dm;
 use crate::decode::stats::{self, Blocks, CodeCounts, Quality, TensorStats};
 use crate::finding::Finding;
@@ -43,6 +43,8 @@ pub(super) struct CodesScan {
     /// Code counts of the experts before the current one.
     total: Vec<u64>,
     parts: Vec<ExpertPart>,
+    /// The current expert's code bytes, digested (copied experts).
+    digest: Digest,
     first_nan: Option<u64>,
 }
 
@@ -87,6 +89,7 @@ impl CodesScan {
             nibbles: [0; 16],
             total: vec![0; 1 << bits],
             parts: Vec::new(),
+            digest: Digest::default(),
             first_nan: None,
         }
     }
@@ -108,6 +111,9 @@ impl CodesScan {
 
     /// Feeds bytes of the current expert.
     fn feed_expert(&mut self, data: &[u8]) {
+        if self.experts > 1 {
+            self.digest.feed(data);
+        }
         let (bits, hist) = (self.bits, &mut self.hist);
         if matches!(bits, 3 | 5 | 6) {
             let (width, _) = field(bits);
@@ -168,7 +174,8 @@ impl CodesScan {
         if self.experts > 1 {
             let c = self.grid(counts);
             let groups = self.groups / self.experts as u64;
-            let part = ExpertPart::from_codes(&c, self.clipping(&c), self.rows, groups);
+            let mut part = ExpertPart::from_codes(&c, self.clipping(&c), self.rows, groups);
+            part.digest = Some(self.digest.finish());
             self.parts.push(part);
         }
         self.hist.fill(0);

@@ -4,7 +4,7 @@
 
 use super::Carry;
 use super::mlx::RowOutliers;
-use crate::decode::experts::ExpertPart;
+use crate::decode::experts::{Digest, ExpertPart};
 use crate::decode::mlxlm::extreme_share;
 use crate::decode::nvfp4::{e4m3, e4m3_table};
 use crate::decode::stats::{self, CodeCounts, Quality, TensorStats};
@@ -108,6 +108,8 @@ pub(super) struct Fp4Scan {
     pos: u64,
     counts: Vec<[u64; 16]>,
     zero_groups: Vec<u64>,
+    /// Each expert's code bytes, digested (copied experts).
+    digests: Vec<Digest>,
 }
 
 impl Fp4Scan {
@@ -122,14 +124,16 @@ impl Fp4Scan {
             pos: 0,
             counts: vec![[0; 16]; parts],
             zero_groups: vec![0; parts],
+            digests: vec![Digest::default(); parts],
         }
     }
 
     /// Feeds the next bytes.
     pub(super) fn feed(&mut self, data: &[u8]) {
-        let (counts, zeros, per, pos) = (
+        let (counts, zeros, digests, per, pos) = (
             &mut self.counts,
             &mut self.zero_groups,
+            &mut self.digests,
             self.per_expert_bytes,
             &mut self.pos,
         );
@@ -142,6 +146,7 @@ impl Fp4Scan {
                 let left = per - *pos % per;
                 let n = usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len()));
                 let (now, later) = rest.split_at(n);
+                digests[e].feed(now);
                 for (a, b) in counts[e].iter_mut().zip(super::tally::nibble_counts(now)) {
                     *a += b;
                 }
@@ -158,7 +163,7 @@ impl Fp4Scan {
     }
 
     /// The weight's codes and quality, expert by expert too.
-    pub(super) fn finish(self) -> TensorStats {
+    pub(super) fn finish(mut self) -> TensorStats {
         let grid = |counts: Vec<u64>| CodeCounts {
             bits: 4,
             zero: 0,
@@ -170,7 +175,8 @@ impl Fp4Scan {
             .counts
             .iter()
             .zip(&self.zero_groups)
-            .map(|(c, &z)| {
+            .zip(self.digests.iter_mut())
+            .map(|((c, &z), d)| {
                 let c = grid(c.to_vec());
                 let mut p = ExpertPart::from_codes(
                     &c,
@@ -179,6 +185,7 @@ impl Fp4Scan {
                     groups,
                 );
                 p.zero_groups = Some(z);
+                p.digest = Some(d.finish());
                 p
             })
             .collect();
