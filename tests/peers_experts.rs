@@ -92,7 +92,10 @@ fn check(what: &str, clean: &[Value], rows: &[(&str, f64, Vec<Value>)], target: 
             "{what}: {damage}: ranked first instead: {} ({})",
             t["tensor"], t["reason"]
         );
-        assert!(t["score"].as_f64().unwrap() >= *min_score, "{what}: {damage}: {t}");
+        assert!(
+            t["score"].as_f64().unwrap() >= *min_score,
+            "{what}: {damage}: {t}"
+        );
         let reason = t["reason"].as_str().unwrap();
         assert!(
             reason.contains(&format!("expert {EXPERT} of {EXPERTS}:")),

@@ -256,7 +256,11 @@ pub(super) fn heat_ui(
                     let name = &b.tensors[i].name;
                     let shown = val.map_or("no peers to compare".into(), |x| format!("{x:.2}"));
                     let what = stat.map_or("score", Feature::key);
-                    let resp = ui.interact(cell, ui.scope_id().with(("peer-heat-cell", i)), Sense::click());
+                    let resp = ui.interact(
+                        cell,
+                        ui.scope_id().with(("peer-heat-cell", i)),
+                        Sense::click(),
+                    );
                     resp.widget_info(|| {
                         egui::WidgetInfo::labeled(
                             egui::Role::Button,

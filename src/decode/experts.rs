@@ -174,7 +174,8 @@ impl ExpertPart {
             rows: row_maxima.len() as u64,
             scale_median: median,
             scale_p99: quantile(0.99),
-            outlier_rows: median.map(|m| row_maxima.iter().filter(|&&x| x > 8.0 * m).count() as u64),
+            outlier_rows: median
+                .map(|m| row_maxima.iter().filter(|&&x| x > 8.0 * m).count() as u64),
             ..Default::default()
         }
     }
@@ -203,7 +204,10 @@ impl ExpertPart {
         let finite = |x: f64| x.is_finite().then_some(x);
         if let Some(m) = self.scale_median.filter(|&m| m > 0.0) {
             f[0] = finite(m.ln());
-            f[1] = self.scale_p99.filter(|&p| p > 0.0).and_then(|p| finite((p / m).ln()));
+            f[1] = self
+                .scale_p99
+                .filter(|&p| p > 0.0)
+                .and_then(|p| finite((p / m).ln()));
         }
         if self.rows > 0 {
             f[2] = self.outlier_rows.map(|n| n as f64 / self.rows as f64);
@@ -270,7 +274,10 @@ pub fn compare(parts: &[ExpertPart]) -> Option<ExpertVerdict> {
             }
             let (zk, med) = peers::robust_z(x, &others, f.floor());
             z.insert(f.key(), zk);
-            causes.push((zk.abs() / peers::Z_UNIT, peers::describe(*f, x, med, others.len())));
+            causes.push((
+                zk.abs() / peers::Z_UNIT,
+                peers::describe(*f, x, med, others.len()),
+            ));
         }
         causes.sort_by(|a, b| b.0.total_cmp(&a.0));
         let Some(score) = causes.first().map(|c| c.0) else {
@@ -316,7 +323,11 @@ mod tests {
     fn one_expert_with_scales_4x_is_named() {
         let parts: Vec<ExpertPart> = (0..8)
             .map(|e| {
-                let m = if e == 5 { 0.04 } else { 0.01 * (1.0 + 0.01 * e as f64) };
+                let m = if e == 5 {
+                    0.04
+                } else {
+                    0.01 * (1.0 + 0.01 * e as f64)
+                };
                 ExpertPart {
                     rows: 64,
                     groups: 256,
@@ -331,12 +342,20 @@ mod tests {
         assert_eq!(v.expert, 5);
         assert!(v.score >= 1.0, "{v:?}");
         assert!(
-            v.reason.starts_with("expert 5 of 8: scale median 3.9× that of its 7 peers"),
+            v.reason
+                .starts_with("expert 5 of 8: scale median 3.9× that of its 7 peers"),
             "{}",
             v.reason
         );
         // Alike experts: nothing stands out.
-        let alike: Vec<ExpertPart> = parts.iter().map(|p| ExpertPart { scale_median: Some(0.01), scale_p99: Some(0.03), ..p.clone() }).collect();
+        let alike: Vec<ExpertPart> = parts
+            .iter()
+            .map(|p| ExpertPart {
+                scale_median: Some(0.01),
+                scale_p99: Some(0.03),
+                ..p.clone()
+            })
+            .collect();
         assert!(compare(&alike).unwrap().score < 0.5);
         assert!(compare(&alike[..3]).is_none());
     }

@@ -62,7 +62,11 @@ fn stacked_codes_are_counted_expert_by_expert() {
         let t = info("w", vec![experts, rows, cols], bytes.len(), layout(experts));
         let whole = scan(&t, &bytes, bytes.len());
         for piece in [1, 7, 4096] {
-            assert_eq!(scan(&t, &bytes, piece), whole, "{bits} bits, pieces of {piece}");
+            assert_eq!(
+                scan(&t, &bytes, piece),
+                whole,
+                "{bits} bits, pieces of {piece}"
+            );
         }
         let parts = whole.experts.clone().unwrap();
         assert_eq!(parts.len(), experts as usize);
@@ -71,7 +75,11 @@ fn stacked_codes_are_counted_expert_by_expert() {
             let alone = scan(&one, &bytes[e * per..(e + 1) * per], 13);
             assert!(alone.experts.is_none());
             let q = alone.quality.unwrap();
-            assert_eq!(part.entropy_bits, Some(q.entropy_bits), "{bits} bits, expert {e}");
+            assert_eq!(
+                part.entropy_bits,
+                Some(q.entropy_bits),
+                "{bits} bits, expert {e}"
+            );
             assert_eq!(part.clipping_share, Some(q.clipping_share));
         }
         // The totals are the experts' sums.
@@ -91,7 +99,13 @@ fn stacked_affine_scales_give_each_expert_its_median_and_outlier_rows() {
     for e in 0..experts {
         for r in 0..rows {
             for g in 0..groups {
-                let s = 0.01 * (e + 1) as f32 * if e == 3 && r == 2 && g == 1 { 100.0 } else { 1.0 };
+                let s = 0.01
+                    * (e + 1) as f32
+                    * if e == 3 && r == 2 && g == 1 {
+                        100.0
+                    } else {
+                        1.0
+                    };
                 vals.push(if g == 0 { -s } else { s });
             }
         }
@@ -116,7 +130,9 @@ fn stacked_affine_scales_give_each_expert_its_median_and_outlier_rows() {
     let parts: Vec<ExpertPart> = whole.experts.unwrap();
     assert_eq!(parts.len(), 4);
     for (e, p) in parts.iter().enumerate() {
-        let want = f64::from(bf16_to_f32(crate::decode::f32_to_bf16(0.01 * (e + 1) as f32)));
+        let want = f64::from(bf16_to_f32(crate::decode::f32_to_bf16(
+            0.01 * (e + 1) as f32,
+        )));
         let m = p.scale_median.unwrap();
         assert_eq!(m, want, "expert {e}");
         assert_eq!(p.outlier_rows, Some(u64::from(e == 3)), "expert {e}");
@@ -158,5 +174,8 @@ fn nvfp4_codes_count_zero_groups_per_expert() {
         assert_eq!(p.zero_groups, Some(naive(e)), "expert {e}");
     }
     assert!(naive(1) >= 2);
-    assert_eq!(whole.quality.unwrap().zero_groups, (0..3).map(naive).sum::<u64>());
+    assert_eq!(
+        whole.quality.unwrap().zero_groups,
+        (0..3).map(naive).sum::<u64>()
+    );
 }

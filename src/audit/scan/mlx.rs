@@ -598,7 +598,12 @@ impl ScalesScan {
     }
 
     /// Findings and statistics; `start` is the tensor's absolute offset.
-    pub(super) fn finish(mut self, name: &str, start: u64, findings: &mut Vec<Finding>) -> TensorStats {
+    pub(super) fn finish(
+        mut self,
+        name: &str,
+        start: u64,
+        findings: &mut Vec<Finding>,
+    ) -> TensorStats {
         let mut total = [0u64; 256];
         for h in &self.hists {
             for (a, b) in total.iter_mut().zip(h) {

@@ -71,7 +71,12 @@ impl E4m3Scan {
     }
 
     /// Findings and statistics; `start` is the tensor's absolute offset.
-    pub(super) fn finish(mut self, name: &str, start: u64, findings: &mut Vec<Finding>) -> TensorStats {
+    pub(super) fn finish(
+        mut self,
+        name: &str,
+        start: u64,
+        findings: &mut Vec<Finding>,
+    ) -> TensorStats {
         let e4 = stats::E4m3Stats::from_hists(&self.hists);
         if e4.nan > 0 {
             let at = self.first_nan.unwrap_or(start);
