@@ -399,7 +399,7 @@ impl RowOutliers {
 
     /// One scale: its magnitude and its 15-bit key (ordered like the magnitude).
     #[inline]
-    pub(super) fn see(&mut self, magnitude: f32, key: u16) {
+    fn see(&mut self, magnitude: f32, key: u16) {
         if magnitude.is_finite() {
             self.cur = self.cur.max(magnitude);
             self.hist[usize::from(key & 0x7fff)] += 1;

@@ -3,10 +3,9 @@
 //! scales.
 
 use super::Carry;
-use super::mlx::RowOutliers;
 use crate::decode::experts::{Digest, ExpertPart};
 use crate::decode::mlxlm::extreme_share;
-use crate::decode::nvfp4::{e4m3, e4m3_table};
+use crate::decode::nvfp4::e4m3_table;
 use crate::decode::stats::{self, CodeCounts, Quality, TensorStats};
 use crate::finding::Finding;
 use crate::finding::checks as c;
@@ -17,10 +16,13 @@ pub(super) struct E4m3Scan {
     per_expert_bytes: u64,
     hists: Vec<[u64; 256]>,
     first_nan: Option<u64>,
-    /// Each row's largest scale and each expert's scale distribution (the
-    /// experts are peers of each other).
-    rows: RowOutliers,
-    table: [f32; 256],
+    /// Scale bytes a row.
+    groups: u64,
+    /// Each row's largest scale byte (sign and NaN aside; positive E4M3
+    /// bytes order like their values), for each expert's outlier rows.
+    row_max: Vec<u8>,
+    in_row: u64,
+    cur: u8,
 }
 
 impl E4m3Scan {
@@ -31,23 +33,34 @@ impl E4m3Scan {
             // experts is bounded (<= 1024) by the metadata checks.
             hists: vec![[0u64; 256]; experts as usize],
             first_nan: None,
-            rows: RowOutliers::new(groups).per_expert(
-                (experts, rows),
-                (8, 8),
-                |k| e4m3(k as u8),
-                true,
-            ),
-            table: e4m3_table(),
+            groups: groups.max(1),
+            row_max: Vec::new(),
+            in_row: 0,
+            cur: 0,
         }
     }
 
     /// Feeds the bytes at `pos` (tensor-relative) onwards; `start` is the
     /// tensor's absolute offset.
     pub(super) fn feed(&mut self, start: u64, mut pos: u64, data: &[u8]) {
-        for &b in data {
-            // Positive E4M3 bytes order like their values; NaN is left out.
-            self.rows
-                .see(self.table[usize::from(b & 0x7f)], u16::from(b & 0x7f));
+        let mut rest = data;
+        while !rest.is_empty() {
+            let take = usize::try_from(self.groups - self.in_row)
+                .map_or(rest.len(), |n| n.min(rest.len()));
+            let (now, later) = rest.split_at(take);
+            let m = now
+                .iter()
+                .map(|&b| if b & 0x7f == 0x7f { 0 } else { b & 0x7f })
+                .max()
+                .unwrap_or(0);
+            self.cur = self.cur.max(m);
+            self.in_row += take as u64;
+            if self.in_row == self.groups {
+                self.row_max.push(self.cur);
+                self.cur = 0;
+                self.in_row = 0;
+            }
+            rest = later;
         }
         let mut rest = data;
         while !rest.is_empty() {
@@ -71,12 +84,7 @@ impl E4m3Scan {
     }
 
     /// Findings and statistics; `start` is the tensor's absolute offset.
-    pub(super) fn finish(
-        mut self,
-        name: &str,
-        start: u64,
-        findings: &mut Vec<Finding>,
-    ) -> TensorStats {
+    pub(super) fn finish(self, name: &str, start: u64, findings: &mut Vec<Finding>) -> TensorStats {
         let e4 = stats::E4m3Stats::from_hists(&self.hists);
         if e4.nan > 0 {
             let at = self.first_nan.unwrap_or(start);
@@ -97,9 +105,46 @@ impl E4m3Scan {
         }
         TensorStats {
             e4m3: Some(e4),
-            experts: self.rows.expert_parts(),
+            experts: self.expert_parts(),
             ..Default::default()
         }
+    }
+}
+
+impl E4m3Scan {
+    /// Each expert's scale part (in E4M3 units; the report multiplies by
+    /// the expert's global scale), from its byte histogram and its rows'
+    /// largest bytes; None for a single expert.
+    fn expert_parts(&self) -> Option<Vec<ExpertPart>> {
+        if self.hists.len() < 2 {
+            return None;
+        }
+        let rows = usize::try_from(self.per_expert_bytes / self.groups).ok()?;
+        let table = e4m3_table();
+        Some(
+            self.hists
+                .iter()
+                .enumerate()
+                .map(|(e, h)| {
+                    // Zero and NaN bytes aside; a negative scale counts by
+                    // its magnitude.
+                    let values: Vec<(f64, u64)> = (0..256usize)
+                        .filter(|&b| h[b] > 0 && b & 0x7f != 0 && b & 0x7f != 0x7f)
+                        .map(|b| (f64::from(table[b & 0x7f]), h[b]))
+                        .collect();
+                    let lo = e.saturating_mul(rows).min(self.row_max.len());
+                    let hi = lo.saturating_add(rows).min(self.row_max.len());
+                    let maxima: Vec<f64> = self.row_max[lo..hi]
+                        .iter()
+                        .map(|&b| f64::from(table[usize::from(b)]))
+                        .collect();
+                    let mut p = ExpertPart::from_scales(values, &maxima);
+                    p.rows = rows as u64;
+                    p.zero_groups = Some(h[0] + h[0x80]);
+                    p
+                })
+                .collect(),
+        )
     }
 }
 
