@@ -213,14 +213,13 @@ pub(super) fn heat_ui(
             let cell_w = ((ui.available_width() - label_w) / layers as f32).clamp(4.0, 28.0);
             let cell_h = 12.0;
             let h = cell_h * grid.len() as f32;
-            let (rect, resp) = ui.allocate_exact_size(
+            let (rect, _) = ui.allocate_exact_size(
                 egui::vec2(label_w + cell_w * layers as f32, h),
-                Sense::click(),
+                Sense::hover(),
             );
             let painter = ui.painter_at(rect);
             let text = ui.visuals().text_color();
             let font = egui::FontId::monospace(9.0);
-            let mut hovered = None;
             for (r, (role, cells)) in grid.iter().enumerate() {
                 let y = rect.top() + r as f32 * cell_h;
                 let short: String = if role.len() > 40 {
@@ -252,21 +251,28 @@ pub(super) fn heat_ui(
                             egui::StrokeKind::Inside,
                         );
                     }
-                    if resp.hover_pos().is_some_and(|p| cell.contains(p)) {
-                        hovered = Some((i, val));
+                    // Each cell is a widget of its own: clickable, with its
+                    // tensor in the hover text and for assistive technology.
+                    let name = &b.tensors[i].name;
+                    let shown = val.map_or("no peers to compare".into(), |x| format!("{x:.2}"));
+                    let what = stat.map_or("score", Feature::key);
+                    let resp = ui.interact(
+                        cell,
+                        ui.scope_id().with(("peer-heat-cell", i)),
+                        Sense::click(),
+                    );
+                    resp.widget_info(|| {
+                        egui::WidgetInfo::labeled(
+                            egui::Role::Button,
+                            true,
+                            format!("heat map cell {name}: {what} {shown}"),
+                        )
+                    });
+                    if resp.clicked() {
+                        tx.send(Command::Select(Some(i)));
                     }
-                }
-            }
-            if let Some((i, val)) = hovered {
-                let reason = verdicts[i].as_ref().map_or("", |v| v.reason.as_str());
-                let shown = val.map_or("no peers to compare".into(), |x| format!("{x:.2}"));
-                resp.clone().on_hover_text(format!(
-                    "{}\n{}: {shown}\n{reason}",
-                    b.tensors[i].name,
-                    stat.map_or("score", Feature::key)
-                ));
-                if resp.clicked() {
-                    tx.send(Command::Select(Some(i)));
+                    let reason = verdicts[i].as_ref().map_or("", |v| v.reason.as_str());
+                    resp.on_hover_text(format!("{name}\n{what}: {shown}\n{reason}"));
                 }
             }
         });

@@ -1,6 +1,7 @@
 //! Pure functions from bytes to codes, scales and values. No I/O.
 
 pub mod dequant;
+pub mod experts;
 pub mod gguf;
 pub mod mlxlm;
 pub mod nvfp4;

@@ -103,7 +103,7 @@ impl Feature {
     /// closely must not turn a negligible difference into a large z. Set
     /// from undamaged samples and real weights (README, Quality without a
     /// reference).
-    fn floor(self) -> f64 {
+    pub(crate) fn floor(self) -> f64 {
         match self {
             Feature::ScaleMedian => 0.15,
             Feature::ScaleTail => 0.12,
@@ -240,6 +240,12 @@ pub struct PeerVerdict {
     pub score: f64,
     /// Why, strongest cause first; empty when nothing stands out.
     pub reason: String,
+    /// A stacked tensor's expert that deviates most from the other experts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expert: Option<usize>,
+    /// That expert's robust z-scores against the other experts.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub expert_z: BTreeMap<&'static str, f64>,
 }
 
 /// Fewest other members a group needs for z-scores.
@@ -263,7 +269,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 /// Robust z of `x` against `others`: median, and MAD scaled to a normal
 /// σ, floored.
-fn robust_z(x: f64, others: &[f64], floor: f64) -> (f64, f64) {
+pub(crate) fn robust_z(x: f64, others: &[f64], floor: f64) -> (f64, f64) {
     let mut o = others.to_vec();
     let med = median(&mut o);
     let mut dev: Vec<f64> = others.iter().map(|v| (v - med).abs()).collect();
@@ -280,7 +286,7 @@ fn pct(x: f64) -> String {
 }
 
 /// The sentence for a deviating feature.
-fn describe(f: Feature, x: f64, med: f64, peers: usize) -> String {
+pub(crate) fn describe(f: Feature, x: f64, med: f64, peers: usize) -> String {
     let of = format!("its {peers} peers");
     match f {
         Feature::ScaleMedian => {
@@ -388,6 +394,20 @@ pub fn assess(inputs: &[PeerInput]) -> Vec<PeerVerdict> {
                     ));
                 }
             }
+        }
+        // A stacked tensor's experts are peers of each other: one expert
+        // unlike the rest is named.
+        if let Some(x) = t
+            .stats
+            .and_then(|st| st.experts.as_deref())
+            .and_then(super::experts::compare)
+        {
+            weak = weak.max(x.score);
+            if x.score >= 0.5 {
+                causes.push((x.score, x.reason));
+            }
+            v.expert = Some(x.expert);
+            v.expert_z = x.z;
         }
         if v.z.is_empty()
             && let Some(q) = t.stats.and_then(|st| st.quality.as_ref())

@@ -189,6 +189,10 @@ pub struct TensorStats {
     /// What a GGUF block-quantised tensor adds: its sub-block scales and mins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gguf: Option<GgufStats>,
+    /// A stacked MoE tensor's statistics expert by expert (its experts are
+    /// peers of each other).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts: Option<Vec<super::experts::ExpertPart>>,
 }
 
 /// The sub-block statistics of a GGUF block-quantised tensor (the codes,

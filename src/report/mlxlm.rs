@@ -55,6 +55,19 @@ pub(super) fn merge_scales((w, s, bits): Module, stats: &mut [Option<TensorStats
     };
     let (range, outliers, zeros) = (scale_range(scales), scales.row_outliers, scales.zero_scales);
     let summary = scales.scales.clone();
+    let parts = scales.experts.clone();
+    // A stacked module's experts: each one's scales beside its codes.
+    if let (Some(parts), Some(mine)) = (
+        parts,
+        stats
+            .get_mut(w)
+            .and_then(Option::as_mut)
+            .and_then(|st| st.experts.as_mut()),
+    ) {
+        for (m, p) in mine.iter_mut().zip(&parts) {
+            m.merge_scales(p, 1.0);
+        }
+    }
     if let Some(st) = stats.get_mut(w).and_then(Option::as_mut)
         && st.scales.is_none()
     {

@@ -1,10 +1,13 @@
 //! The report: one schema for the CLI's `--json`, the GUI's "Save report…"
 //! and every later command. Built by folding audit [`Event`]s.
 
+mod experts;
 pub mod lineage;
 pub mod markdown;
 mod mlxlm;
 pub mod peers;
+
+pub use experts::merge_companions;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -217,6 +220,9 @@ pub struct ReportBuilder {
     /// MLX-LM modules: for a quantized weight or its scales, its module
     /// `(weight, scales, bits)` (found once, by name, when the bundle opens).
     mlx_modules: Vec<Option<mlxlm::Module>>,
+    /// mlx-nvfp4 expert sets: for a member, its set `(weight, scales,
+    /// global_scale)`.
+    expert_sets: Vec<Option<experts::Set>>,
 }
 
 impl ReportBuilder {
@@ -239,6 +245,7 @@ impl ReportBuilder {
                 self.stats = vec![None; b.tensors.len()];
                 self.range_hashes = vec![None; b.tensors.len()];
                 self.mlx_modules = mlxlm::modules(b);
+                self.expert_sets = experts::sets(b);
                 self.bundle = Some(b.clone());
             }
             Event::Started { files, .. } => {
@@ -276,6 +283,9 @@ impl ReportBuilder {
                 }
                 if let Some(Some(pair)) = self.mlx_modules.get(*tensor) {
                     mlxlm::merge_scales(*pair, &mut self.stats);
+                }
+                if let Some(Some(set)) = self.expert_sets.get(*tensor) {
+                    experts::merge(*set, &mut self.stats);
                 }
             }
             Event::TensorHashed { tensor, sha256 } => {

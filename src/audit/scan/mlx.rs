@@ -11,6 +11,7 @@
 //! whose histogram is folded into the codes' at the end.
 
 use super::Carry;
+use crate::decode::experts::{Digest, ExpertPart};
 use crate::decode::mlxlm as dm;
 use crate::decode::stats::{self, Blocks, CodeCounts, Quality, TensorStats};
 use crate::finding::Finding;
@@ -25,10 +26,25 @@ pub(super) struct CodesScan {
     start: u64,
     pos: u64,
     carry: Carry,
-    /// Byte histogram (2, 8 bits) or field histogram (3, 5, 6 bits).
+    /// Bytes of one stacked expert (the whole tensor when not stacked).
+    per_expert: u64,
+    /// Rows of one expert.
+    rows: u64,
+    /// Experts stacked (1 when not stacked).
+    experts: usize,
+    /// The expert being counted: its byte histogram (2, 8 bits) or field
+    /// histogram (3, 5, 6 bits), or its 4-bit code counts (two a byte,
+    /// counted by the nibble kernel). An expert's bytes are contiguous, so
+    /// one histogram serves them all, folded into the totals (and the
+    /// expert's own statistics) as the next begins.
+    current: usize,
     hist: Vec<u64>,
-    /// Code counts of 4-bit codes (two a byte, counted by the nibble kernel).
     nibbles: [u64; 16],
+    /// Code counts of the experts before the current one.
+    total: Vec<u64>,
+    parts: Vec<ExpertPart>,
+    /// The current expert's code bytes, digested (copied experts).
+    digest: Digest,
     first_nan: Option<u64>,
 }
 
@@ -43,8 +59,16 @@ fn field(bits: u8) -> (u32, u32) {
 }
 
 impl CodesScan {
-    /// A weight of `groups` scale groups, in `mode` with `bits`, at absolute offset `start`.
-    pub(super) fn new(mode: QuantMode, bits: u8, groups: u64, start: u64) -> Self {
+    /// A weight of `groups` scale groups, in `mode` with `bits`, at absolute
+    /// offset `start`, of `bytes` bytes stacking `experts` experts of `rows`
+    /// rows (each expert is counted on its own: they are peers).
+    pub(super) fn new(
+        mode: QuantMode,
+        bits: u8,
+        groups: u64,
+        start: u64,
+        (bytes, experts, rows): (u64, u64, u64),
+    ) -> Self {
         let straddles = matches!(bits, 3 | 5 | 6);
         let (width, _) = field(bits);
         Self {
@@ -53,16 +77,43 @@ impl CodesScan {
             groups,
             start,
             pos: 0,
-            // A block of `bits` words holds 32 whole codes.
+            // A block of `bits` words holds 32 whole codes; an expert holds
+            // whole blocks (its rows hold a multiple of 32 codes).
             carry: Carry::new(if straddles { 4 * usize::from(bits) } else { 1 }),
+            per_expert: (bytes / experts.max(1)).max(1),
+            rows,
+            // experts is bounded by the module checks.
+            experts: experts.max(1) as usize,
+            current: 0,
             hist: vec![0; if straddles { 1 << width } else { 256 }],
             nibbles: [0; 16],
+            total: vec![0; 1 << bits],
+            parts: Vec::new(),
+            digest: Digest::default(),
             first_nan: None,
         }
     }
 
-    /// Feeds the next bytes.
-    pub(super) fn feed(&mut self, data: &[u8]) {
+    /// Feeds the next bytes, expert by expert.
+    pub(super) fn feed(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let left = self.per_expert - self.pos % self.per_expert;
+            let n = usize::try_from(left).map_or(data.len(), |l| l.min(data.len()));
+            let e = ((self.pos / self.per_expert) as usize).min(self.experts - 1);
+            while self.current < e {
+                self.fold();
+            }
+            let (now, later) = data.split_at(n);
+            self.feed_expert(now);
+            data = later;
+        }
+    }
+
+    /// Feeds bytes of the current expert.
+    fn feed_expert(&mut self, data: &[u8]) {
+        if self.experts > 1 {
+            self.digest.feed(data);
+        }
         let (bits, hist) = (self.bits, &mut self.hist);
         if matches!(bits, 3 | 5 | 6) {
             let (width, _) = field(bits);
@@ -113,7 +164,36 @@ impl CodesScan {
         self.pos += data.len() as u64;
     }
 
-    /// The code counts (`counts[c]` = codes equal to `c`).
+    /// Adds the current expert's counts to the totals (and, when stacked,
+    /// its statistics to the experts'), and starts the next.
+    fn fold(&mut self) {
+        let counts = self.counts();
+        for (a, b) in self.total.iter_mut().zip(&counts) {
+            *a += b;
+        }
+        if self.experts > 1 {
+            let c = self.grid(counts);
+            let groups = self.groups / self.experts as u64;
+            let mut part = ExpertPart::from_codes(&c, self.clipping(&c), self.rows, groups);
+            part.digest = Some(self.digest.finish());
+            self.parts.push(part);
+        }
+        self.hist.fill(0);
+        self.nibbles = [0; 16];
+        self.current += 1;
+    }
+
+    /// Counts on this tensor's code grid.
+    fn grid(&self, counts: Vec<u64>) -> CodeCounts {
+        CodeCounts {
+            bits: u32::from(self.bits),
+            zero: 0,
+            max_code: ((1u32 << self.bits) - 1) as u8,
+            counts,
+        }
+    }
+
+    /// The current expert's code counts (`counts[c]` = codes equal to `c`).
     fn counts(&self) -> Vec<u64> {
         let bits = u32::from(self.bits);
         let levels = 1usize << bits;
@@ -138,9 +218,22 @@ impl CodesScan {
         counts
     }
 
+    /// The share of `counts` at the extreme levels, as `mode` clips.
+    fn clipping(&self, codes: &CodeCounts) -> f64 {
+        match self.mode {
+            QuantMode::Affine => codes.clipping_share(),
+            // The float grids clip at their largest magnitude (±6 for
+            // E2M1, ±448 for E4M3).
+            _ => dm::extreme_share(self.mode, &codes.counts),
+        }
+    }
+
     /// Findings and statistics.
-    pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
-        let counts = self.counts();
+    pub(super) fn finish(mut self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
+        while self.current < self.experts {
+            self.fold();
+        }
+        let counts = std::mem::take(&mut self.total);
         if self.mode == QuantMode::Mxfp8 {
             let nan = counts[0x7f] + counts[0xff];
             if nan > 0 {
@@ -159,20 +252,11 @@ impl CodesScan {
                 );
             }
         }
-        let codes = CodeCounts {
-            bits: u32::from(self.bits),
-            zero: 0,
-            max_code: ((1u32 << self.bits) - 1) as u8,
-            counts,
-        };
+        let experts = (self.experts > 1).then(|| std::mem::take(&mut self.parts));
+        let codes = self.grid(counts);
         let mut quality = Quality {
             entropy_bits: codes.entropy_bits(),
-            clipping_share: match self.mode {
-                QuantMode::Affine => codes.clipping_share(),
-                // The float grids clip at their largest magnitude (±6 for
-                // E2M1, ±448 for E4M3).
-                _ => dm::extreme_share(self.mode, &codes.counts),
-            },
+            clipping_share: self.clipping(&codes),
             unused_levels: codes.unused_levels(),
             zero_groups: 0,
             groups: self.groups,
@@ -186,6 +270,7 @@ impl CodesScan {
         TensorStats {
             codes: Some(codes),
             quality: Some(quality),
+            experts,
             ..Default::default()
         }
     }
@@ -204,6 +289,9 @@ pub(super) struct RowOutliers {
     cur_key: u16,
     maxima: Vec<f32>,
     hist: KeyCounts,
+    /// A stacked tensor's experts: each one's magnitude keys, for its own
+    /// median and p99 (the experts are peers of each other).
+    experts: Option<ExpertKeys>,
 }
 
 /// Counts of 15-bit magnitude keys: a short list while few distinct keys
@@ -251,6 +339,67 @@ impl KeyCounts {
     }
 }
 
+/// A stacked tensor's experts' scale statistics. An expert's scales are
+/// contiguous, so one histogram of magnitude keys `>> shift` serves them
+/// all: summarised and cleared as the next expert begins (memory of one
+/// histogram and a few numbers an expert, however many experts a file
+/// claims).
+struct ExpertKeys {
+    /// Experts and rows per expert.
+    experts: usize,
+    rows: u64,
+    shift: u32,
+    /// Whether bin 0 holds the zero scales (left out of the quantiles,
+    /// counted as zero groups).
+    zero_bin: bool,
+    value: fn(u16) -> f32,
+    /// The expert being counted, and its histogram.
+    current: usize,
+    hist: Vec<u32>,
+    parts: Vec<ExpertPart>,
+}
+
+impl ExpertKeys {
+    /// Summarises the current expert (its rows' maxima are `maxima`) and
+    /// clears the histogram for the next.
+    fn flush(&mut self, maxima: &[f32]) {
+        let rows = usize::try_from(self.rows).unwrap_or(usize::MAX);
+        let e = self.current;
+        let half = (1u32 << self.shift) >> 1;
+        let values: Vec<(f64, u64)> = self
+            .hist
+            .iter()
+            .enumerate()
+            .filter(|&(bin, &n)| n > 0 && !(self.zero_bin && bin == 0))
+            .map(|(bin, &n)| {
+                let key = (((bin as u32) << self.shift) | half) as u16;
+                (f64::from((self.value)(key)), u64::from(n))
+            })
+            .collect();
+        let lo = e.saturating_mul(rows).min(maxima.len());
+        let hi = lo.saturating_add(rows).min(maxima.len());
+        let row_max: Vec<f64> = maxima[lo..hi].iter().map(|&m| f64::from(m)).collect();
+        let mut part = ExpertPart::from_scales(values, &row_max);
+        part.rows = self.rows;
+        part.zero_groups = self
+            .zero_bin
+            .then(|| u64::from(self.hist.first().copied().unwrap_or(0)));
+        self.parts.push(part);
+        self.hist.fill(0);
+        self.current += 1;
+    }
+
+    /// The histogram of the expert row `row` is in, once the experts
+    /// before it are summarised.
+    fn at_row(&mut self, row: usize, maxima: &[f32]) -> Option<&mut Vec<u32>> {
+        let e = (row as u64 / self.rows) as usize;
+        while self.current < e && self.current < self.experts {
+            self.flush(maxima);
+        }
+        (self.current == e && e < self.experts).then_some(&mut self.hist)
+    }
+}
+
 impl RowOutliers {
     /// Scales of `groups` per row.
     pub(super) fn new(groups: u64) -> Self {
@@ -261,7 +410,36 @@ impl RowOutliers {
             cur_key: 0,
             maxima: Vec::new(),
             hist: KeyCounts::default(),
+            experts: None,
         }
+    }
+
+    /// Also summarises each of `experts` experts' (of `rows` rows each)
+    /// scales: keys `key_bits` wide, `2^(key_bits - bits)` keys a bin,
+    /// `value` turning a key into its magnitude; `zero_bin`: key 0 is a
+    /// zero scale. Nothing for an unstacked tensor.
+    pub(super) fn per_expert(
+        mut self,
+        (experts, rows): (u64, u64),
+        (key_bits, bits): (u32, u32),
+        value: fn(u16) -> f32,
+        zero_bin: bool,
+    ) -> Self {
+        if experts > 1 && rows > 0 {
+            let shift = key_bits.saturating_sub(bits);
+            self.experts = Some(ExpertKeys {
+                // experts is bounded by the metadata checks.
+                experts: experts as usize,
+                rows,
+                shift,
+                zero_bin,
+                value,
+                current: 0,
+                hist: vec![0; 1 << (key_bits - shift)],
+                parts: Vec::new(),
+            });
+        }
+        self
     }
 
     /// One scale: its magnitude and its 15-bit key (ordered like the magnitude).
@@ -270,6 +448,14 @@ impl RowOutliers {
         if magnitude.is_finite() {
             self.cur = self.cur.max(magnitude);
             self.hist.add(key, 1);
+            if let Some(x) = &mut self.experts {
+                let shift = x.shift;
+                if let Some(h) = x.at_row(self.maxima.len(), &self.maxima)
+                    && let Some(n) = h.get_mut(usize::from(key & 0x7fff) >> shift)
+                {
+                    *n += 1;
+                }
+            }
         }
         self.in_row += 1;
         if self.in_row == self.groups {
@@ -290,6 +476,20 @@ impl RowOutliers {
         while rest.len() >= 2 {
             let take = ((self.groups - self.in_row) as usize).min(rest.len() / 2);
             let (now, later) = rest.split_at(2 * take);
+            if let Some(x) = &mut self.experts {
+                // One row: one expert.
+                let shift = x.shift;
+                if let Some(h) = x.at_row(self.maxima.len(), &self.maxima) {
+                    for c in now.chunks_exact(2) {
+                        let key = u16::from_le_bytes([c[0], c[1]]) & 0x7fff;
+                        if key < inf
+                            && let Some(n) = h.get_mut(usize::from(key) >> shift)
+                        {
+                            *n += 1;
+                        }
+                    }
+                }
+            }
             self.cur_key = now
                 .chunks_exact(2)
                 .map(|c| {
@@ -331,6 +531,16 @@ impl RowOutliers {
         (low <= high).then_some((low, high))
     }
 
+    /// Each expert's scale part (median, p99, outlier rows, zero scales),
+    /// when the tensor is stacked.
+    pub(super) fn expert_parts(&mut self) -> Option<Vec<ExpertPart>> {
+        let x = self.experts.as_mut()?;
+        while x.current < x.experts {
+            x.flush(&self.maxima);
+        }
+        Some(std::mem::take(&mut x.parts))
+    }
+
     /// Rows whose largest magnitude exceeds 8× the median; `value` turns a
     /// key back into its magnitude.
     fn count(&self, value: impl Fn(u16) -> f32) -> u64 {
@@ -369,7 +579,15 @@ impl ScalesScan {
             // experts is bounded by the module checks.
             hists: vec![[0u64; 256]; experts as usize],
             first_bad: None,
-            rows: RowOutliers::new(groups),
+            rows: RowOutliers::new(groups).per_expert(
+                (experts, per_expert / groups.max(1)),
+                (8, 8),
+                match kind {
+                    ScaleKind::E8m0 => |k| dm::scale_byte(ScaleKind::E8m0, k as u8),
+                    ScaleKind::E4m3 => |k| dm::scale_byte(ScaleKind::E4m3, k as u8).abs(),
+                },
+                kind == ScaleKind::E4m3,
+            ),
         }
     }
 
@@ -425,7 +643,12 @@ impl ScalesScan {
     }
 
     /// Findings and statistics; `start` is the tensor's absolute offset.
-    pub(super) fn finish(self, name: &str, start: u64, findings: &mut Vec<Finding>) -> TensorStats {
+    pub(super) fn finish(
+        mut self,
+        name: &str,
+        start: u64,
+        findings: &mut Vec<Finding>,
+    ) -> TensorStats {
         let mut total = [0u64; 256];
         for h in &self.hists {
             for (a, b) in total.iter_mut().zip(h) {
@@ -469,6 +692,7 @@ impl ScalesScan {
         if self.kind == ScaleKind::E4m3 {
             out.e4m3 = Some(stats::E4m3Stats::from_hists(&self.hists));
         }
+        out.experts = self.rows.expert_parts();
         out
     }
 }
@@ -523,6 +747,18 @@ impl AbsRange {
                 DenseDtype::F16 => rows.see_halves(whole, 0x7c00, crate::decode::f16_to_f32),
             }
         });
+    }
+
+    /// Also each of `experts` stacked experts' (`rows` rows each) scale
+    /// statistics.
+    pub(super) fn per_expert(mut self, experts: u64, rows: u64) -> Self {
+        use crate::decode::{bf16_to_f32, f16_to_f32};
+        let value: fn(u16) -> f32 = match self.dtype {
+            crate::format::DenseDtype::F16 => f16_to_f32,
+            _ => bf16_to_f32,
+        };
+        self.rows = self.rows.per_expert((experts, rows), (15, 15), value, true);
+        self
     }
 
     /// `[min, max]` of the nonzero finite magnitudes (when there is one),
@@ -583,7 +819,9 @@ impl AbsRange {
             }
         }
         let label = format!("|{}|", self.dtype.as_str());
+        let experts = self.rows.expert_parts();
         ScalesFound {
+            experts,
             range: range.map(|(lo, hi)| [f64::from(lo), f64::from(hi)]),
             outliers,
             zeros,
@@ -603,6 +841,8 @@ pub(super) struct ScalesFound {
     pub(super) zeros: u64,
     /// The magnitudes' distribution (zeros counted as invalid).
     pub(super) summary: stats::ScaleSummary,
+    /// A stacked module's scales, expert by expert.
+    pub(super) experts: Option<Vec<ExpertPart>>,
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod dense;
+#[cfg(test)]
+mod expert_tests;
 mod gguf;
 mod mlx;
 mod nvfp4;
@@ -15,7 +17,7 @@ mod tally;
 
 use dense::Dense;
 use gguf::GgufScan;
-use nvfp4::{E4m3Scan, GlobalScan};
+use nvfp4::{E4m3Scan, Fp4Scan, GlobalScan};
 use packed::Packed;
 
 use crate::decode::stats::TensorStats;
@@ -87,9 +89,11 @@ pub struct Scanner {
 enum Kind {
     Packed(Box<Packed>),
     Dense(Box<Dense>),
-    /// NVFP4 codes: every nibble is a valid E2M1 code, so the pass only
-    /// hashes them; code histograms are computed when asked for.
+    /// Codes the pass only hashes (GGUF types listed, not decoded).
     Codes,
+    /// Stacked NVFP4 codes: every nibble is a valid E2M1 code; counted
+    /// expert by expert for the weight's quality and its experts' peers.
+    Fp4(Box<Fp4Scan>),
     /// Stacked E4M3 scales: per-expert byte histograms, NaN bytes located.
     E4m3(Box<E4m3Scan>),
     /// Per-expert F32 global scales.
@@ -126,12 +130,16 @@ impl Scanner {
                 layout.codes_bytes(),
                 start,
             ))),
-            Layout::Fp4 { .. } => Kind::Codes,
+            Layout::Fp4 {
+                experts,
+                rows,
+                cols,
+            } => Kind::Fp4(Box::new(Fp4Scan::new(experts, rows, cols))),
             Layout::E4m3 {
                 experts,
                 rows,
                 groups,
-            } => Kind::E4m3(Box::new(E4m3Scan::new(experts, rows * groups))),
+            } => Kind::E4m3(Box::new(E4m3Scan::new(experts, rows, groups))),
             Layout::GlobalScale { experts } => Kind::Global(Box::new(GlobalScan::new(experts))),
             Layout::Gguf { ty, rows, cols } => {
                 use crate::format::gguf::GgmlType as T;
@@ -163,6 +171,7 @@ impl Scanner {
                 bits,
                 experts * rows * (cols / group.max(1)),
                 start,
+                (end - start, experts, rows),
             ))),
             Layout::MlxScales {
                 kind,
@@ -181,9 +190,16 @@ impl Scanner {
                     crate::finding::checks::MLXLM_SCALES,
                 ));
                 if t.name.ends_with(".scales") {
+                    // A stacked module's scales are `[experts, rows, groups]`.
+                    let (experts, rows) = match t.shape.as_deref() {
+                        Some(&[e, r, _]) => (e, r),
+                        _ => (1, 0),
+                    };
                     Kind::MlxAffineScales(
                         dense,
-                        Box::new(mlx::AbsRange::new(dtype, groups_per_row(t))),
+                        Box::new(
+                            mlx::AbsRange::new(dtype, groups_per_row(t)).per_expert(experts, rows),
+                        ),
                     )
                 } else {
                     Kind::Dense(dense)
@@ -214,6 +230,7 @@ impl Scanner {
         match &mut self.kind {
             Kind::Dense(d) => d.feed(data),
             Kind::Codes => {}
+            Kind::Fp4(f) => f.feed(data),
             Kind::E4m3(e) => e.feed(self.start, self.pos, data),
             Kind::Global(g) => g.feed(data),
             Kind::Packed(p) => p.feed(self.pos, data),
@@ -234,6 +251,7 @@ impl Scanner {
         let mut findings = Vec::new();
         let stats = match self.kind {
             Kind::Codes => TensorStats::default(),
+            Kind::Fp4(f) => f.finish(),
             Kind::E4m3(e) => e.finish(name, self.start, &mut findings),
             Kind::Global(g) => g.finish(name, self.start, &mut findings),
             Kind::Dense(d) => d.finish(name, &mut findings),
@@ -248,6 +266,7 @@ impl Scanner {
                     row_outliers: Some(found.outliers),
                     zero_scales: Some(found.zeros),
                     scales: Some(found.summary),
+                    experts: found.experts,
                     ..d.finish(name, &mut findings)
                 }
             }

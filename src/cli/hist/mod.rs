@@ -244,7 +244,11 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
         .filter(|(_, t)| {
             t.alias_of.is_none()
                 && (t.precision.packed().is_some()
-                    || matches!(t.precision, bundlescope::format::Precision::Mlx(..))
+                    || matches!(
+                        t.precision,
+                        bundlescope::format::Precision::Mlx(..)
+                            | bundlescope::format::Precision::Nvfp4
+                    )
                     // GGUF's block-quantised types: ranked against their
                     // peers like the rest.
                     || matches!(t.precision,
@@ -269,6 +273,32 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
     for (i, st) in scanned? {
         by_index[i] = Some(st);
     }
+    // What the weights' companions give them (an MLX-LM module's scales, an
+    // NVFP4 weight's scales and global scales): scanned too, then merged
+    // as the audit's report merges them.
+    let companions: Vec<(usize, &TensorInfo)> = bundle
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| match t.layout {
+            Some(Layout::E4m3 { .. } | Layout::GlobalScale { .. } | Layout::MlxScales { .. }) => {
+                true
+            }
+            Some(Layout::MlxParams { .. }) => t.name.ends_with(".scales"),
+            _ => false,
+        })
+        .collect();
+    let found: Vec<(usize, TensorStats)> = companions
+        .par_iter()
+        .filter_map(|&(i, t)| {
+            let out = scan(i, t, payload.tensor_bytes(i).ok()?).ok()?;
+            Some((i, out.stats))
+        })
+        .collect();
+    for (i, st) in found {
+        by_index[i] = Some(st);
+    }
+    bundlescope::report::merge_companions(bundle, &mut by_index);
     let twins = bundlescope::audit::duplicates::twins(bundle, &payload);
     let mut verdicts = bundlescope::report::peers::verdicts(bundle, &by_index, &twins);
     let mut ranked: Vec<Ranked> = ok
@@ -305,6 +335,11 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
                 o["z"] = json!(r.verdict.z);
                 o["score"] = json!(r.verdict.score);
                 o["reason"] = json!(r.verdict.reason);
+                if let Some(e) = r.verdict.expert {
+                    // A stacked tensor: its most deviant expert against the others.
+                    o["expert"] = json!(e);
+                    o["expert_z"] = json!(r.verdict.expert_z);
+                }
                 o
             }).collect::<Vec<_>>(),
             "aggregates": aggregates.iter().map(Aggregate::json).collect::<Vec<_>>(),
