@@ -22,7 +22,7 @@ TARGETS=(
   mlxlm_config_index
   gguf_header
   audit_bundle
-  # TODO(model.sig): oms_signature (the OMS signature parser) once it lands.
+  oms_signature
 )
 if [ "$#" -gt 0 ]; then TARGETS=("$@"); fi
 export RUSTC_BOOTSTRAP=1

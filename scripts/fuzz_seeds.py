@@ -2,7 +2,10 @@
 """Writes the fuzz seed corpora (fuzz/corpus/<target>/) from the sample
 writers: `bundlescope sample` of every format, shrunk to a few KiB each
 (fewer tensors, re-laid out, hashes and sizes recomputed) so libFuzzer runs
-fast on them. Usage: scripts/fuzz_seeds.py [BUNDLESCOPE_BINARY]"""
+fast on them; and the OMS signature seeds (fuzz/corpus/oms_signature/),
+signed by the real model-signing (.pydeps-oms) over the fuzz target's
+model folder, with the keys and roots that verify them in fuzz/oms/.
+Usage: scripts/fuzz_seeds.py [BUNDLESCOPE_BINARY] [--only oms_signature]"""
 
 import hashlib
 import json
@@ -13,7 +16,9 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target", "ci", "bundlescope")
+ARGS = [a for a in sys.argv[1:] if a not in ("--only", "oms_signature")]
+ONLY_OMS = "--only" in sys.argv[1:]
+BIN = ARGS[0] if ARGS else os.path.join(ROOT, "target", "ci", "bundlescope")
 OUT = os.path.join(ROOT, "fuzz", "corpus")
 
 
@@ -127,7 +132,66 @@ def tiny_gguf():
     return head + f32 + b"\0" * (128 - len(f32)) + q8
 
 
+def oms_model(d):
+    """The model folder the oms_signature fuzz target compares signatures
+    with (fuzz_targets/oms_signature.rs writes the same two files)."""
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "wb") as f:
+        f.write(b'{"model_type": "fuzz"}\n')
+    with open(os.path.join(d, "weights.bin"), "wb") as f:
+        f.write(bytes((i * 7) % 256 for i in range(256)))
+
+
+def oms_seeds():
+    """Real model.sig files of every method, signed by model-signing."""
+    deps = os.environ.get("BUNDLESCOPE_OMS_DEPS", os.path.join(ROOT, ".pydeps-oms"))
+    if not os.path.isdir(os.path.join(deps, "model_signing")):
+        print("oms_signature: skipped (model-signing is not in .pydeps-oms)")
+        return
+    # The project's Python (the one model-signing was installed for).
+    py = os.path.join(ROOT, ".pydeps", "python")
+    py = py if os.path.exists(py) else sys.executable
+    env = dict(os.environ, PYTHONPATH=deps)
+
+    def oms(*args):
+        subprocess.run([py, os.path.join(ROOT, "tests", "oms", "oms.py"), *args],
+                       check=True, env=env, stdout=subprocess.DEVNULL)
+
+    trust = os.path.join(ROOT, "fuzz", "oms")
+    os.makedirs(trust, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        def signed(name, *sign):
+            d = os.path.join(tmp, name)
+            oms_model(d)
+            oms(*sign[:1], d, *sign[1:])
+            put("oms_signature", name + ".sig", read(os.path.join(d, "model.sig")))
+            return d
+
+        for curve in ("p256", "p384"):
+            priv = os.path.join(tmp, curve + ".key")
+            oms("keygen", curve, priv, os.path.join(trust, "key-" + curve + ".pub.pem"))
+            signed("key-" + curve, "sign-key", priv)
+        signed("key-p256-shards", "sign-key", os.path.join(tmp, "p256.key"), "64")
+        pki = os.path.join(tmp, "pki")
+        oms("pki", pki)
+        signed("certificate", "sign-cert", os.path.join(pki, "leaf.key"),
+               os.path.join(pki, "leaf.pem"), os.path.join(pki, "root.pem"))
+        with open(os.path.join(trust, "root.pem"), "wb") as f:
+            f.write(read(os.path.join(pki, "root.pem")))
+        ss = os.path.join(tmp, "sigstore-out")
+        d = os.path.join(tmp, "sigstore")
+        oms_model(d)
+        oms("sigstore-like", d, ss)
+        put("oms_signature", "sigstore.sig", read(os.path.join(d, "model.sig")))
+        with open(os.path.join(trust, "fulcio_root.pem"), "wb") as f:
+            f.write(read(os.path.join(ss, "fulcio_root.pem")))
+
+
 def main():
+    if ONLY_OMS:
+        oms_seeds()
+        return
+    oms_seeds()
     with tempfile.TemporaryDirectory() as tmp:
         a8 = {f: shrink_audio8(sample(tmp, f)) for f in ("audio8-v2", "audio8-v1")}
         g = sample(tmp, "gptq-q4", "--parent", os.path.join(tmp, "audio8-v2"))

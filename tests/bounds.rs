@@ -345,3 +345,89 @@ fn config_and_index_over_their_size_cap() {
         );
     }
 }
+
+/// `shards` safetensors files of `per` one-byte tensors each, beside each
+/// other in `dir` (a checkpoint without an index).
+fn shards(dir: &Path, shards: usize, per: usize) {
+    fs::create_dir_all(dir).unwrap();
+    for s in 0..shards {
+        let mut f = safetensors_file(per, 1);
+        // Distinct names across the shards: `t{i}` becomes `s{s}.t{i}`
+        // by rewriting the header (same length per name, so the offsets
+        // and the header length hold).
+        let n = u64::from_le_bytes(f[..8].try_into().unwrap()) as usize;
+        let h = String::from_utf8(f[8..8 + n].to_vec()).unwrap();
+        let h = h.replace("\"t", &format!("\"{}", char::from(b'a' + s as u8)));
+        f[8..8 + n].copy_from_slice(h.as_bytes());
+        fs::write(
+            dir.join(format!("model-{:05}-of-{shards:05}.safetensors", s + 1)),
+            f,
+        )
+        .unwrap();
+    }
+}
+
+/// 10^5 tiny tensors over four shards (the most a checkpoint may list in
+/// all) audit within the memory bound; one more shard past the limit is
+/// refused by the count, not read, and stays within it too. The text
+/// output is read here, not the JSON: a test process that parsed a report
+/// of 10^5 tensors would be the large one, and a child forked from it
+/// starts with its size (ru_maxrss counts from the fork).
+#[test]
+fn a_hundred_thousand_tensors_over_many_shards() {
+    let tmp = tempfile::tempdir().unwrap();
+    let four = tmp.path().join("four");
+    shards(&four, 4, 25_000);
+    let (code, text, rss) = audit_text_measured(&four);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("100000"), "{text}");
+    assert!(rss < RSS_BOUND, "10^5 tensors: peak RSS {} MiB", rss / MIB);
+
+    let five = tmp.path().join("five");
+    shards(&five, 5, 25_000);
+    let (code, text, rss) = audit_text_measured(&five);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("[shard.header] model-00005-of-00005.safetensors and the 0 shards after it are not indexed")
+            && text.contains("more than 100000 tensors in all"),
+        "{text}"
+    );
+    assert!(
+        rss < RSS_BOUND,
+        "past the limit: peak RSS {} MiB",
+        rss / MIB
+    );
+}
+
+/// `audit` (text) on `target`: exit code, stdout and the peak RSS.
+// The child is reaped by `wait4` below, which clippy does not see.
+#[allow(clippy::zombie_processes)]
+fn audit_text_measured(target: &Path) -> (i32, String, u64) {
+    use std::io::Read;
+    let mut child = Command::new(common::bin())
+        .args(["audit", target.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let o = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value to be filled in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our own child; status and usage are valid pointers.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
+    (code, o.join().unwrap(), usage.ru_maxrss as u64 * 1024)
+}

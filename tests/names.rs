@@ -185,3 +185,163 @@ fn the_app_shows_escaped_names() {
         "escaped zero-width name"
     );
 }
+
+/// The same checkpoint with every value changed (so `diff` lists every
+/// tensor as changed).
+fn write_changed_checkpoint(dir: &Path) {
+    write_checkpoint(dir);
+    let p = dir.join("model.safetensors");
+    let mut f = fs::read(&p).unwrap();
+    let data = f.len() - names().len() * 8;
+    for (i, w) in f[data..].chunks_exact_mut(4).enumerate() {
+        w.copy_from_slice(&(i as f32 + 0.5).to_le_bytes());
+    }
+    fs::write(p, f).unwrap();
+}
+
+/// A GGUF v3 file of one Q8_0 [32] tensor per hostile name (no key/values),
+/// laid out here from the format's rules, so `hist --all` ranks them.
+fn write_gguf(path: &Path) {
+    let mut f = b"GGUF".to_vec();
+    f.extend_from_slice(&3u32.to_le_bytes());
+    f.extend_from_slice(&(names().len() as u64).to_le_bytes());
+    f.extend_from_slice(&0u64.to_le_bytes());
+    for (i, n) in names().iter().enumerate() {
+        f.extend_from_slice(&(n.len() as u64).to_le_bytes());
+        f.extend_from_slice(n.as_bytes());
+        f.extend_from_slice(&1u32.to_le_bytes());
+        f.extend_from_slice(&32u64.to_le_bytes());
+        f.extend_from_slice(&8u32.to_le_bytes()); // Q8_0
+        f.extend_from_slice(&(i as u64 * 64).to_le_bytes());
+    }
+    f.resize(f.len().next_multiple_of(32), 0);
+    for i in 0..names().len() {
+        let mut block = half::f16::from_f32(0.01 * (i + 1) as f32)
+            .to_le_bytes()
+            .to_vec();
+        block.extend((0..32).map(|k| ((k * 7 + i) % 255) as u8 ^ 0x80));
+        block.resize(64, 0);
+        f.extend_from_slice(&block);
+    }
+    fs::write(path, f).unwrap();
+}
+
+/// Asserts the text shows the hostile names escaped (the bidi and escape
+/// names as `\u{…}`, the long one cut), however the output lays them out.
+fn assert_escaped(what: &str, text: &str, backslash: &str) {
+    assert_no_raw_hidden(what, text);
+    // Markdown shows a control character as U+FFFD, the text output names it.
+    let esc = if backslash == "\\\\" {
+        "layer\u{FFFD}".to_string()
+    } else {
+        format!("layer{backslash}u{{1b}}")
+    };
+    for want in [format!("evil{backslash}u{{202e}}thgiew.proj"), esc] {
+        assert!(text.contains(&want), "{what}: no {want:?} in:\n{text}");
+    }
+    assert!(
+        text.contains("more characters)"),
+        "{what}: the long name is cut"
+    );
+}
+
+#[test]
+fn hist_diff_and_markdown_escape_names_and_json_keeps_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    fs::create_dir_all(&a).unwrap();
+    fs::create_dir_all(&b).unwrap();
+    write_checkpoint(&a);
+    write_changed_checkpoint(&b);
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+
+    // hist --tensor: every name's own page.
+    for n in names() {
+        let run = common::cli(&["hist", a, "--tensor", &n]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_no_raw_hidden("hist --tensor", &run.stdout);
+        let json = common::cli(&["hist", a, "--tensor", &n, "--json"]).json();
+        assert_eq!(json["tensor"].as_str(), Some(n.as_str()), "JSON intact");
+    }
+    let run = common::cli(&["hist", a, "--tensor", BIDI]);
+    assert!(
+        run.stdout.starts_with("evil\\u{202e}thgiew.proj\n"),
+        "{}",
+        run.stdout
+    );
+
+    // hist --all ranks GGUF Q8_0 tensors of the same names.
+    let gguf = tmp.path().join("m.gguf");
+    write_gguf(&gguf);
+    let g = gguf.to_str().unwrap();
+    let run = common::cli(&["hist", g, "--all"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_escaped("hist --all", &run.stdout, "\\");
+    let json = common::cli(&["hist", g, "--all", "--json"]).json();
+    let mut got: Vec<String> = json["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["tensor"].as_str().unwrap().to_string())
+        .collect();
+    got.sort();
+    let mut want = names();
+    want.sort();
+    assert!(got == want, "hist --all --json keeps every name");
+    // The GGUF audit flags the look-alikes too.
+    let r = common::cli(&["audit", g, "--json"]).json();
+    assert_eq!(common::findings_of(&r, "names.confusable").len(), 2);
+
+    // list and diff, text.
+    let run = common::cli(&["list", a]);
+    assert_escaped("list", &run.stdout, "\\");
+    let run = common::cli(&["diff", a, b]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_escaped("diff", &run.stdout, "\\");
+    assert!(run.stdout.contains("model.norm.weight\\u{200b}"));
+    let json = common::cli(&["diff", a, b, "--json"]).json();
+    let names_in = |v: &serde_json::Value| {
+        let mut n: Vec<String> = v["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+    assert!(names_in(&json) == want, "diff --json keeps every name");
+
+    // Markdown: escaped as in the text, the backslash itself escaped for
+    // Markdown (it renders as `\u{202e}`).
+    let run = common::cli(&["diff", a, b, "--markdown"]);
+    assert_escaped("diff --markdown", &run.stdout, "\\\\");
+    let run = common::cli(&["audit", a, "--markdown"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_escaped("audit --markdown", &run.stdout, "\\\\");
+    assert!(
+        run.stdout.contains("names.confusable"),
+        "the look-alike finding is in the Markdown report"
+    );
+}
+
+/// An error message quoting names from the file (an unknown tensor
+/// answered with the closest names) is escaped on stderr as well.
+#[test]
+fn error_messages_escape_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_checkpoint(tmp.path());
+    let run = common::cli(&[
+        "hist",
+        tmp.path().to_str().unwrap(),
+        "--tensor",
+        "evil\u{202E}thgiew.pro",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("evil\\u{202e}thgiew.proj"),
+        "the closest name, escaped: {}",
+        run.stderr
+    );
+    assert_no_raw_hidden("hist --tensor (unknown)", &run.stderr);
+}

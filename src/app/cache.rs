@@ -29,7 +29,7 @@ pub(super) struct Entry {
     date: String,
     findings: Vec<Finding>,
     files: Vec<FileRow>,
-    stats: Vec<Option<TensorStats>>,
+    stats: Vec<Option<Box<TensorStats>>>,
     passed: u64,
     valid: bool,
     errors: usize,
@@ -117,7 +117,7 @@ impl AuditCache {
                     tensor: i,
                     resident_bytes: opened.tensors[i].resident_bytes,
                     ok: true,
-                    stats: Box::new(stats),
+                    stats,
                 });
             }
         }

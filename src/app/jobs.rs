@@ -137,6 +137,46 @@ impl<M: Send + 'static> Job<M> {
         })
     }
 
+    /// A job whose work returns one result, run on the app's one MLX
+    /// thread (see [`mlx_thread`]) instead of a thread of its own: for
+    /// work that calls MLX (spot checks). Jobs queue there one after
+    /// another.
+    pub fn once_on_mlx(
+        name: &'static str,
+        wake: Option<egui::Context>,
+        work: impl FnOnce(&Worker<M>) -> M + Send + 'static,
+    ) -> Result<Self, String> {
+        let (tx, rx) = sync_channel(1);
+        let cancel = CancelToken::default();
+        let progress = Arc::new(Progress::default());
+        let worker = Worker {
+            tx,
+            cancel: cancel.clone(),
+            progress: progress.clone(),
+            wake,
+        };
+        let task = Box::new(move || {
+            let wake = worker.wake.clone();
+            let m = work(&worker);
+            worker.send(m);
+            drop(worker);
+            if let Some(ctx) = wake {
+                ctx.request_repaint();
+            }
+        });
+        mlx_thread()?
+            .lock()
+            .map_err(|_| format!("the MLX thread is gone; {name} cannot run"))?
+            .send(task)
+            .map_err(|_| format!("the MLX thread is gone; {name} cannot run"))?;
+        Ok(Self {
+            name,
+            rx,
+            cancel,
+            progress,
+        })
+    }
+
     /// A job whose work returns one result.
     pub fn once(
         name: &'static str,
@@ -148,6 +188,36 @@ impl<M: Send + 'static> Job<M> {
             w.send(m);
         })
     }
+}
+
+/// Work queued for the MLX thread.
+type MlxTask = Box<dyn FnOnce() + Send>;
+
+/// The one thread that runs the app's MLX work, started on first use and
+/// kept for the app's life. MLX gives every thread that calls it its own
+/// default stream, whose scheduler thread never ends: a new thread per spot
+/// check would leave one behind each time (tests/soak.rs counts them).
+fn mlx_thread() -> Result<&'static Mutex<std::sync::mpsc::Sender<MlxTask>>, String> {
+    static THREAD: std::sync::OnceLock<Result<Mutex<std::sync::mpsc::Sender<MlxTask>>, String>> =
+        std::sync::OnceLock::new();
+    THREAD
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<MlxTask>();
+            std::thread::Builder::new()
+                .name("bundlescope-mlx".into())
+                .spawn(move || {
+                    for task in rx {
+                        // A task that panics drops its worker (its job
+                        // ends, as a panicking job thread's would); the
+                        // thread goes on with the next.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
+                    }
+                })
+                .map(|_| Mutex::new(tx))
+                .map_err(|e| format!("could not start the MLX thread: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 impl<M> Job<M> {

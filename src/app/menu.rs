@@ -38,7 +38,7 @@ impl MlxVersion {
         if self.job.is_some() || self.answer.is_some() {
             return;
         }
-        self.job = Job::once("mlx-version", wake, |_| {
+        self.job = Job::once_on_mlx("mlx-version", wake, |_| {
             crate::mlx::version().map_err(|e| e.to_string())
         })
         .ok();

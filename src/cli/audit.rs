@@ -134,7 +134,7 @@ pub fn run(a: Args) -> Result<i32> {
         bail!("the audit finished without opening the bundle");
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        print_json(&report)?;
     } else if a.markdown {
         print!("{}", audit_markdown(&report));
     } else {
@@ -145,6 +145,17 @@ pub fn run(a: Args) -> Result<i32> {
     } else {
         super::EXIT_INVALID
     })
+}
+
+/// The report as pretty JSON, written straight to stdout: a report of
+/// 10^5 tensors is tens of MB of text, never held in memory whole.
+fn print_json(report: &Report) -> Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, report)?;
+    writeln!(out)?;
+    out.flush()?;
+    Ok(())
 }
 
 fn print_summary(r: &Report) {

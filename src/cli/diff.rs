@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use bundlescope::diff::{self, DiffReport, Status, TensorDiff};
+use bundlescope::util::text::{SHOWN_CHARS, shown};
 
 /// Which differences make `diff` exit 1.
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -57,8 +58,8 @@ pub fn run(a: Args) -> Result<i32> {
 }
 
 fn print_human(r: &DiffReport) {
-    println!("A: {} ({})", r.a.path, r.a.format);
-    println!("B: {} ({})", r.b.path, r.b.format);
+    println!("A: {} ({})", shown(&r.a.path, 4 * SHOWN_CHARS), r.a.format);
+    println!("B: {} ({})", shown(&r.b.path, 4 * SHOWN_CHARS), r.b.format);
     let s = &r.summary;
     println!(
         "{} identical, {} changed, {} only in A, {} only in B",
@@ -112,7 +113,7 @@ fn print_human(r: &DiffReport) {
         println!(
             "{:<8} {:<52} {:>6} {:<28} {:>9} {:>28} {:>10} {:>16}",
             status,
-            t.name,
+            shown(&t.name, SHOWN_CHARS),
             t.expert.map_or("-".into(), |e| e.to_string()),
             t.differs.join(","),
             codes,

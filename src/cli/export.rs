@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use bundlescope::decode::dequant::{self, row_bytes, row_scale_bytes};
 use bundlescope::format::{Layout, Payload};
+use bundlescope::util::text::{SHOWN_CHARS, shown};
 
 use super::common::{layout_of, open_bundle, refuse_inside_bundle, resolve};
 
@@ -45,7 +46,11 @@ pub fn run(a: Args) -> Result<i32> {
                 body(w)
             })
         })?;
-        println!("wrote {}: {} as float32 {shape:?}", a.out.display(), t.name);
+        println!(
+            "wrote {}: {} as float32 {shape:?}",
+            a.out.display(),
+            shown(&t.name, SHOWN_CHARS)
+        );
         return Ok(super::EXIT_OK);
     }
     if let Layout::MlxCodes { .. } = layout {
@@ -55,7 +60,11 @@ pub fn run(a: Args) -> Result<i32> {
                 body(w)
             })
         })?;
-        println!("wrote {}: {} as float32 {shape:?}", a.out.display(), t.name);
+        println!(
+            "wrote {}: {} as float32 {shape:?}",
+            a.out.display(),
+            shown(&t.name, SHOWN_CHARS)
+        );
         return Ok(super::EXIT_OK);
     }
     if a.expert.is_some() {
@@ -98,7 +107,7 @@ pub fn run(a: Args) -> Result<i32> {
     println!(
         "wrote {}: {} as float32 [{}]",
         a.out.display(),
-        t.name,
+        shown(&t.name, SHOWN_CHARS),
         shape
             .iter()
             .map(u64::to_string)

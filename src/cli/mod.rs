@@ -126,7 +126,13 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("bundlescope: {e:#}");
+            // Error messages quote names and text from the file: escaped
+            // and cut here, once for every subcommand.
+            let e = format!("{e:#}");
+            eprintln!(
+                "bundlescope: {}",
+                bundlescope::util::text::shown(&e, 8 * bundlescope::util::text::SHOWN_CHARS)
+            );
             EXIT_ERROR
         }
     }

@@ -7,6 +7,7 @@ use std::io::Write;
 use anyhow::{Result, anyhow, bail};
 use bundlescope::decode::nvfp4::{E2M1_LABELS, Stacked};
 use bundlescope::format::{Bundle, Layout, Payload};
+use bundlescope::util::text::{SHOWN_CHARS, shown};
 use serde_json::json;
 
 /// The stacked view of weight `index` (its scales and global scales read
@@ -88,7 +89,8 @@ pub fn hist(bundle: &Bundle, index: usize, expert: Option<usize>, json_out: bool
     let total: u64 = counts.iter().sum::<u64>().max(1);
     let max = counts.iter().copied().max().unwrap_or(1).max(1);
     println!(
-        "{name}: {} experts × {}×{}; codes over {}",
+        "{}: {} experts × {}×{}; codes over {}",
+        shown(name, SHOWN_CHARS),
         st.experts,
         st.rows,
         st.cols,

@@ -14,6 +14,7 @@ use bundlescope::spotcheck::{
     self, Checkpoint, DEFAULT_EMBEDDING_ROWS, DEFAULT_MAX_ROWS, Options, Report, SpotError,
     SpotResult, XDtype,
 };
+use bundlescope::util::text::{SHOWN_CHARS, shown};
 
 use super::common::{open_bundle, progress_bar};
 
@@ -168,7 +169,7 @@ fn print_table(r: &Report) {
     let width = r
         .results
         .iter()
-        .map(|x| x.tensor.len())
+        .map(|x| shown(&x.tensor, SHOWN_CHARS).chars().count())
         .max()
         .unwrap_or(6)
         .max(6);
@@ -198,21 +199,30 @@ fn print_table(r: &Report) {
         println!("{}", row(x, width, with_ref));
     }
     for s in &r.skipped {
-        println!("{:<width$}  skipped: {}", s.tensor, s.reason);
+        println!(
+            "{:<width$}  skipped: {}",
+            shown(&s.tensor, SHOWN_CHARS),
+            shown(&s.reason, 4 * SHOWN_CHARS)
+        );
     }
     for n in &r.notes {
         println!("note: {n}");
     }
     for x in &r.results {
         for f in &x.findings {
-            println!("{}: {} [{}]", f.severity.as_str(), f.message, x.tensor);
+            println!(
+                "{}: {} [{}]",
+                f.severity.as_str(),
+                shown(&f.message, 4 * SHOWN_CHARS),
+                shown(&x.tensor, SHOWN_CHARS)
+            );
         }
     }
     if !r.reference_only.is_empty() {
         println!(
             "{} tensor(s) of the reference are not in the bundle: {}",
             r.reference_only.len(),
-            r.reference_only.join(", ")
+            shown(&r.reference_only.join(", "), 4 * SHOWN_CHARS)
         );
     }
     println!("{}", r.tally());
@@ -229,7 +239,7 @@ fn row(x: &SpotResult, width: usize, with_ref: bool) -> String {
     };
     let mut s = format!(
         "{:<width$}  {:<10} {:<8} {:>4} {:>5} {:>11}  {:>9.2e} {:>9.2e} {:>10.7} {:>8.2} {:>8} {:>8}",
-        x.tensor,
+        shown(&x.tensor, SHOWN_CHARS),
         kind,
         x.precision,
         dtype,

@@ -18,13 +18,20 @@ use crate::audit::Severity;
 /// cannot start a link, `<` cannot start HTML or an autolink, `&` cannot
 /// start an entity, `$` cannot start GitHub's math), line breaks and tabs
 /// become spaces and other control characters U+FFFD, so the text stays on
-/// its line and in its cell. Callers never start a line with such text, so
+/// its line and in its cell; invisible characters (U+202E, zero-width) are
+/// written as `\u{…}` and text past 800 characters is cut, as in the text
+/// output. Callers never start a line with such text, so
 /// the line-start markers (`#`, `-`, `1.`) need no escaping; an `_`
 /// between two letters or digits cannot emphasise and stays as it is.
 pub fn text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 8);
+    const MAX: usize = 4 * crate::util::text::SHOWN_CHARS;
+    let mut out = String::with_capacity(s.len().min(4 * MAX) + 8);
     let chars: Vec<char> = s.chars().collect();
     for (i, &c) in chars.iter().enumerate() {
+        if i == MAX {
+            out.push_str(&format!("… ({} more characters)", chars.len() - MAX));
+            break;
+        }
         match c {
             // Between two letters or digits `_` can neither open nor close
             // emphasis: `embed_tokens` stays readable in the raw text.
@@ -40,6 +47,11 @@ pub fn text(s: &str) -> String {
             }
             '\n' | '\r' | '\t' => out.push(' '),
             c if c.is_control() => out.push('\u{FFFD}'),
+            // Not controls, but they reorder or hide what is around them:
+            // named, as in the text output (the backslash itself escaped).
+            c if crate::util::text::is_invisible(c) => {
+                out.push_str(&format!("\\\\u{{{:x}}}", c as u32));
+            }
             c => out.push(c),
         }
     }
@@ -503,6 +515,13 @@ mod tests {
         assert_eq!(text("l1\nl2\r\tz"), "l1 l2  z");
         assert_eq!(text("a\u{0}b"), "a\u{FFFD}b");
         assert_eq!(text("plain.name.0"), "plain.name.0");
+        assert_eq!(text("a\u{202E}b\u{200B}"), "a\\\\u{202e}b\\\\u{200b}");
+        let long = text(&"x".repeat(100_000));
+        assert!(
+            long.ends_with("… (99200 more characters)"),
+            "{}",
+            &long[790..]
+        );
         assert_eq!(
             text("embed_tokens _x_ y_ 1_2"),
             "embed_tokens \\_x\\_ y\\_ 1_2"

@@ -49,7 +49,7 @@ pub(super) fn modules(bundle: &Bundle) -> Vec<Option<Module>> {
 /// After a module's weight or scales was scanned: once both have been,
 /// the weight's `scale_dynamic_range`, `outlier_rows` and `zero_groups`
 /// (groups with a zero scale; and so its suspicion) from its scales.
-pub(super) fn merge_scales((w, s, bits): Module, stats: &mut [Option<TensorStats>]) {
+pub(super) fn merge_scales((w, s, bits): Module, stats: &mut [Option<Box<TensorStats>>]) {
     let Some(scales) = stats.get(s).and_then(Option::as_ref) else {
         return;
     };

@@ -9,7 +9,7 @@ use crate::format::Bundle;
 
 /// Whether tensor `i` is judged: it has quality statistics (a packed,
 /// GGUF block-quantised or MLX-LM quantised weight) and is no alias.
-fn judged(bundle: &Bundle, stats: &[Option<TensorStats>], i: usize) -> bool {
+fn judged(bundle: &Bundle, stats: &[Option<Box<TensorStats>>], i: usize) -> bool {
     bundle.tensors.get(i).is_some_and(|t| t.alias_of.is_none())
         && stats
             .get(i)
@@ -22,7 +22,7 @@ fn judged(bundle: &Bundle, stats: &[Option<TensorStats>], i: usize) -> bool {
 /// `(tensor, earlier twin)` found so far.
 pub fn verdicts(
     bundle: &Bundle,
-    stats: &[Option<TensorStats>],
+    stats: &[Option<Box<TensorStats>>],
     twins: &[(usize, usize)],
 ) -> Vec<Option<PeerVerdict>> {
     let idx: Vec<usize> = (0..bundle.tensors.len())
@@ -48,7 +48,7 @@ pub fn verdicts(
                 name: &t.name,
                 precision: t.precision.as_str(),
                 shape: t.shape.as_deref().unwrap_or(&empty),
-                stats: stats.get(i).and_then(Option::as_ref),
+                stats: stats.get(i).and_then(Option::as_deref),
                 twin: twin_of(i).map(|j| bundle.tensors[j].name.as_str()),
             }
         })

@@ -31,7 +31,7 @@ const INVALID: Color32 = Color32::from_rgb(0xe0, 0x1e, 0x5a);
 fn heat_value(s: &Session, set: &ExpertSet, stat: HeatStat, e: usize) -> Option<f64> {
     let stats = |j: Option<usize>| {
         j.and_then(|j| s.model.stats.get(j))
-            .and_then(Option::as_ref)
+            .and_then(Option::as_deref)
     };
     let x = || {
         stats(set.scales)

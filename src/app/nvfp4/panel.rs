@@ -78,7 +78,7 @@ pub fn panel_ui(
     picker_ui(ui, view, set.experts);
     let stats = |j: Option<usize>| {
         j.and_then(|j| s.model.stats.get(j))
-            .and_then(Option::as_ref)
+            .and_then(Option::as_deref)
     };
     let globals = stats(set.global).and_then(|t: &TensorStats| t.global_scales.as_deref());
     let e4 = stats(set.scales).and_then(|t| t.e4m3.as_ref());

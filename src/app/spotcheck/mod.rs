@@ -143,7 +143,7 @@ impl SpotView {
         if self.running.is_some() {
             return;
         }
-        match Job::once("spotcheck", wake, work) {
+        match Job::once_on_mlx("spotcheck", wake, work) {
             Ok(job) => {
                 self.error = None;
                 self.running = Some(Running { kind, job });

@@ -12,6 +12,7 @@ use bundlescope::decode::peers::PeerVerdict;
 use bundlescope::decode::stats::{CodeCounts, Quality, TensorStats};
 use bundlescope::format::{Bundle, Layout, PackedKind, Payload, TensorInfo};
 use bundlescope::report::Tool;
+use bundlescope::util::text::{SHOWN_CHARS, shown};
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
@@ -107,9 +108,10 @@ fn warn_findings(out: &ScanOutcome) {
     for f in &out.findings {
         let tensor = f.tensor.as_deref().unwrap_or("?");
         eprintln!(
-            "bundlescope: {}: {tensor}: {}",
+            "bundlescope: {}: {}: {}",
             f.severity.as_str(),
-            f.message
+            shown(tensor, SHOWN_CHARS),
+            shown(&f.message, 4 * SHOWN_CHARS)
         );
     }
 }
@@ -269,9 +271,9 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
     // Peers judge each other: every scanned tensor's statistics by index,
     // and the byte-identical pairs (three small samples per tensor unless
     // two agree), then one verdict per tensor.
-    let mut by_index: Vec<Option<TensorStats>> = vec![None; bundle.tensors.len()];
+    let mut by_index: Vec<Option<Box<TensorStats>>> = vec![None; bundle.tensors.len()];
     for (i, st) in scanned? {
-        by_index[i] = Some(st);
+        by_index[i] = Some(Box::new(st));
     }
     // What the weights' companions give them (an MLX-LM module's scales, an
     // NVFP4 weight's scales and global scales): scanned too, then merged
@@ -306,7 +308,7 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
         .filter_map(|&(i, t)| {
             Some(Ranked {
                 t,
-                stats: by_index[i].take()?,
+                stats: *by_index[i].take()?,
                 verdict: verdicts[i].take().unwrap_or_default(),
             })
         })
@@ -321,7 +323,7 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
     for (_, t) in &broken {
         eprintln!(
             "bundlescope: skipped {}: its metadata is broken (`bundlescope audit` says why)",
-            t.name
+            shown(&t.name, SHOWN_CHARS)
         );
     }
     if a.json {

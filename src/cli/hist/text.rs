@@ -3,6 +3,7 @@
 
 use bundlescope::decode::stats::{Bin, CodeCounts, Quality, TensorStats};
 use bundlescope::format::TensorInfo;
+use bundlescope::util::text::{SHOWN_CHARS, shown};
 
 use super::{Aggregate, Ranked};
 
@@ -32,7 +33,7 @@ fn pct(x: f64) -> String {
 
 /// One tensor: codes, scales and quality, or its value summary.
 pub(super) fn print_tensor(t: &TensorInfo, stats: &TensorStats) {
-    println!("{}", t.name);
+    println!("{}", shown(&t.name, SHOWN_CHARS));
     if let (Some(c), Some(q)) = (&stats.codes, &stats.quality) {
         println!(
             "  {} · {} · {} codes of {} bits, level = code - {}",
@@ -191,10 +192,14 @@ pub(super) fn print_ranking(ranked: &[Ranked]) {
             q.zero_groups,
             q.outlier_rows,
             q.reserved_codes,
-            r.t.name
+            shown(&r.t.name, SHOWN_CHARS)
         );
         if !r.verdict.reason.is_empty() {
-            println!("{:>11} {}", "why:", r.verdict.reason);
+            println!(
+                "{:>11} {}",
+                "why:",
+                shown(&r.verdict.reason, 4 * SHOWN_CHARS)
+            );
         }
     }
 }

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::payload::map_file;
-use super::safetensors::{StTensor, parse_header};
+use super::safetensors::{Header, StTensor, parse_header};
 use super::{
     Bundle, FormatKind, OpenError, PayloadFile, Precision, Provenance, TensorInfo, is_bare_name,
     json::kind, natural_cmp, read_capped, sha256_hex,
@@ -36,6 +36,17 @@ pub const INDEX: &str = "model.safetensors.index.json";
 const MAX_JSON_BYTES: u64 = 64 << 20;
 /// Most `.safetensors` files one folder may hold.
 const MAX_SHARDS: usize = 10_000;
+/// Most tensors indexed over all the shards of one checkpoint. Every tensor
+/// costs the audit about 1.5 KiB at its peak (its index row, the report's
+/// row, the header entry it was parsed from), so this keeps a checkpoint of
+/// thousands of shards, each under the per-file limit, within the 256 MiB
+/// bound; shards past it are a `shard.header` error and are not indexed.
+pub const MAX_TOTAL_TENSORS: usize = 100_000;
+/// Up to this many tensors each keeps its header entry as its record (the
+/// detail panel shows it); past it the records are left empty, as they
+/// repeat the dtype and shape the row already has and would cost 400 bytes
+/// a tensor.
+pub const RECORDS_KEPT: usize = 1 << 15;
 
 /// Can `path` (a folder without manifest.json, or a file) be opened here?
 pub fn recognises(path: &Path) -> bool {
@@ -444,13 +455,18 @@ struct Shards {
     parsed: Vec<bool>,
     /// `__metadata__` entries, once per distinct value.
     metadata: Vec<(String, String)>,
+    /// Set once a shard would take the count past [`MAX_TOTAL_TENSORS`]:
+    /// it and every shard after it are left unindexed.
+    over_limit: bool,
 }
 
 impl Shards {
     fn read(&mut self, files: &[PayloadFile], findings: &mut Vec<Finding>) {
         // Type-checked before it is opened (a FIFO cannot block); only
         // the header's pages of the map are touched. The shards are parsed
-        // side by side, a few per thread, and merged in order.
+        // side by side, a few per thread, and merged in order; a batch at a
+        // time, so the tensor limit stops the reading before headers past
+        // it are held.
         let parse = |f: &PayloadFile| {
             map_file(&f.name, &f.path)
                 .ok()
@@ -458,48 +474,44 @@ impl Shards {
         };
         let threads = std::thread::available_parallelism()
             .map_or(1, usize::from)
-            .min(files.len());
-        let headers: Vec<_> = if threads > 1 {
-            let per = files.len().div_ceil(threads);
-            std::thread::scope(|s| {
-                let handles: Vec<_> = files
-                    .chunks(per)
-                    .map(|chunk| {
-                        let handle = s.spawn(move || chunk.iter().map(parse).collect::<Vec<_>>());
-                        (chunk.len(), handle)
-                    })
-                    .collect();
-                // A thread that failed leaves its shards unread (never
-                // shifts the others): the pass reports them.
-                handles
-                    .into_iter()
-                    .flat_map(|(n, h)| h.join().unwrap_or_else(|_| (0..n).map(|_| None).collect()))
-                    .collect()
-            })
-        } else {
-            files.iter().map(parse).collect()
-        };
-        for (i, header) in headers.into_iter().enumerate() {
-            match header {
-                Some(Ok(h)) => {
-                    for (k, v) in h.metadata {
-                        let key = format!("metadata {k}");
-                        if !self.metadata.iter().any(|(a, b)| *a == key && *b == v) {
-                            self.metadata.push((key, v));
-                        }
-                    }
-                    for t in h.tensors {
-                        self.holders.entry(t.name.clone()).or_default().push(i);
-                        self.tensors.push(info(t, i));
-                    }
-                    self.parsed.push(true);
-                }
-                Some(Err(f)) => {
-                    findings.extend(f);
-                    self.parsed.push(false);
-                }
-                // Missing or unreadable: the pass reports payload.file.
-                None => self.parsed.push(false),
+            .min(files.len())
+            .max(1);
+        let batch = threads * 2;
+        for (b, chunk) in files.chunks(batch).enumerate() {
+            if self.over_limit {
+                self.parsed.extend(std::iter::repeat_n(false, chunk.len()));
+                continue;
+            }
+            let headers: Vec<_> = if threads > 1 && chunk.len() > 1 {
+                let per = chunk.len().div_ceil(threads);
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = chunk
+                        .chunks(per)
+                        .map(|part| {
+                            let handle =
+                                s.spawn(move || part.iter().map(parse).collect::<Vec<_>>());
+                            (part.len(), handle)
+                        })
+                        .collect();
+                    // A thread that failed leaves its shards unread (never
+                    // shifts the others): the pass reports them.
+                    handles
+                        .into_iter()
+                        .flat_map(|(n, h)| {
+                            h.join().unwrap_or_else(|_| (0..n).map(|_| None).collect())
+                        })
+                        .collect()
+                })
+            } else {
+                chunk.iter().map(parse).collect()
+            };
+            for (j, header) in headers.into_iter().enumerate() {
+                self.merge(b * batch + j, header, files, findings);
+            }
+        }
+        if self.tensors.len() > RECORDS_KEPT {
+            for t in &mut self.tensors {
+                t.record = Value::Object(Map::new());
             }
         }
         let mut twice: Vec<(&String, &Vec<usize>)> =
@@ -520,6 +532,55 @@ impl Shards {
                 )
                 .tensor(name.clone()),
             );
+        }
+    }
+
+    /// Adds shard `i`'s parsed header (or its findings) to the index.
+    fn merge(
+        &mut self,
+        i: usize,
+        header: Option<Result<Header, Vec<Finding>>>,
+        files: &[PayloadFile],
+        findings: &mut Vec<Finding>,
+    ) {
+        match header {
+            _ if self.over_limit => self.parsed.push(false),
+            Some(Ok(h)) if self.tensors.len() + h.tensors.len() > MAX_TOTAL_TENSORS => {
+                findings.push(
+                    Finding::error(
+                        c::SHARD_HEADER,
+                        format!(
+                            "{} and the {} shards after it are not indexed: its {} tensors would make the checkpoint list more than {MAX_TOTAL_TENSORS} tensors in all ({} before it), the most bundlescope audits",
+                            files[i].name,
+                            files.len() - i - 1,
+                            h.tensors.len(),
+                            self.tensors.len()
+                        ),
+                    )
+                    .field(files[i].name.clone()),
+                );
+                self.parsed.push(false);
+                self.over_limit = true;
+            }
+            Some(Ok(h)) => {
+                for (k, v) in h.metadata {
+                    let key = format!("metadata {k}");
+                    if !self.metadata.iter().any(|(a, b)| *a == key && *b == v) {
+                        self.metadata.push((key, v));
+                    }
+                }
+                for t in h.tensors {
+                    self.holders.entry(t.name.clone()).or_default().push(i);
+                    self.tensors.push(info(t, i));
+                }
+                self.parsed.push(true);
+            }
+            Some(Err(f)) => {
+                findings.extend(f);
+                self.parsed.push(false);
+            }
+            // Missing or unreadable: the pass reports payload.file.
+            None => self.parsed.push(false),
         }
     }
 }
@@ -622,7 +683,20 @@ fn check_weight_map(
 fn sort_by_name(tensors: &mut Vec<TensorInfo>) {
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| natural_cmp(&tensors[a].name, &tensors[b].name));
-    let mut slots: Vec<Option<TensorInfo>> =
-        std::mem::take(tensors).into_iter().map(Some).collect();
-    tensors.extend(order.into_iter().filter_map(|i| slots[i].take()));
+    // The permutation applied in place, a cycle at a time (row k takes
+    // the row at order[k]): no second copy of 10^5 rows at the peak.
+    let mut placed = vec![false; order.len()];
+    for start in 0..order.len() {
+        let mut k = start;
+        while !placed[k] {
+            placed[k] = true;
+            let from = order[k];
+            if from == start {
+                break;
+            }
+            tensors.swap(k, from);
+            k = from;
+        }
+    }
+    tensors.shrink_to_fit();
 }
