@@ -32,7 +32,7 @@ pub(super) fn sets(bundle: &Bundle) -> Vec<Option<Set>> {
 
 /// After a member of `set` was scanned: once all three have been, each
 /// expert of the weight takes its scale statistics.
-pub(super) fn merge((w, s, g): Set, stats: &mut [Option<TensorStats>]) {
+pub(super) fn merge((w, s, g): Set, stats: &mut [Option<Box<TensorStats>>]) {
     let get = |i: usize| stats.get(i).and_then(Option::as_ref);
     let (Some(parts), Some(globals)) = (
         get(s).and_then(|t| t.experts.clone()),
@@ -64,7 +64,7 @@ pub(super) fn merge((w, s, g): Set, stats: &mut [Option<TensorStats>]) {
 /// expert set give their weight, once all have been scanned (as the
 /// report does while the audit runs): for a caller that scanned the
 /// tensors itself (`hist --all`).
-pub fn merge_companions(bundle: &Bundle, stats: &mut [Option<TensorStats>]) {
+pub fn merge_companions(bundle: &Bundle, stats: &mut [Option<Box<TensorStats>>]) {
     for m in super::mlxlm::modules(bundle).into_iter().flatten() {
         if stats.get(m.0).is_some_and(Option::is_some) {
             super::mlxlm::merge_scales(m, stats);

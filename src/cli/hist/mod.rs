@@ -298,7 +298,7 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
         })
         .collect();
     for (i, st) in found {
-        by_index[i] = Some(st);
+        by_index[i] = Some(Box::new(st));
     }
     bundlescope::report::merge_companions(bundle, &mut by_index);
     let twins = bundlescope::audit::duplicates::twins(bundle, &payload);
