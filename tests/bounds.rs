@@ -321,6 +321,37 @@ fn deep_json_nesting_is_a_finding() {
     refused(&st, "shard.header", "recursion limit exceeded");
 }
 
+/// JSON of tiny values just under the size caps (60 MB of `0,`: thirty
+/// million values, gigabytes as a parsed tree) is refused from its value
+/// count before any tree is built, within the memory bound.
+#[test]
+fn json_of_tiny_values_near_the_cap_is_refused_from_its_count() {
+    let tiny = format!("[{}0]", "0,".repeat(30_000_000));
+    let tmp = tempfile::tempdir().unwrap();
+    let a8 = tmp.path().join("a8");
+    fs::create_dir(&a8).unwrap();
+    fs::write(a8.join("manifest.json"), &tiny).unwrap();
+    refused(&a8, "manifest.parse", "JSON values, over the limit");
+
+    let ml = tmp.path().join("ml");
+    fs::create_dir(&ml).unwrap();
+    fs::write(ml.join("config.json"), &tiny).unwrap();
+    fs::write(ml.join("model.safetensors.index.json"), &tiny).unwrap();
+    fs::write(ml.join("model.safetensors"), safetensors_file(1, 2)).unwrap();
+    refused(&ml, "mlxlm.config", "JSON values, over the limit");
+    refused(&ml, "mlxlm.index", "JSON values, over the limit");
+
+    let st = tmp.path().join("st");
+    fs::create_dir(&st).unwrap();
+    let mut h = tiny.into_bytes();
+    h.resize(h.len().next_multiple_of(8), b' ');
+    let mut f = (h.len() as u64).to_le_bytes().to_vec();
+    f.extend_from_slice(&h);
+    fs::write(st.join("model.safetensors"), f).unwrap();
+    // The header's entry count (32,768) stops this one first.
+    refused(&st, "shard.header", "model.safetensors: header");
+}
+
 /// The size caps of the JSON files: a sparse file over the cap is refused
 /// by its length (the read stops at the cap), with a message naming it.
 #[test]

@@ -158,6 +158,14 @@ pub fn open(path: &Path) -> Result<Bundle, OpenError> {
     let bytes = read_capped(&manifest_path, MAX_MANIFEST_BYTES)?;
     // From here the folder is a bundle: a manifest.json that does not parse
     // is a broken bundle (verdict invalid, one finding), not "not a bundle".
+    let values = json::count_values(&bytes);
+    if values > json::MAX_VALUES {
+        let message = format!(
+            "manifest.json holds about {values} JSON values, over the limit of {}",
+            json::MAX_VALUES
+        );
+        return Ok(broken_manifest(dir, manifest_path, bytes, message));
+    }
     let value: serde_json::Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
         Err(e) => {

@@ -186,6 +186,19 @@ pub fn parse_header(file: &str, bytes: &[u8]) -> Result<Header, Vec<Finding>> {
     if let Some(header) = fast_header(file, json, data_start) {
         return finish(file, bytes, header, data_len, Vec::new());
     }
+    let values = super::json::count_values(json);
+    if values > super::json::MAX_VALUES {
+        return Err(vec![
+            header_err(
+                file,
+                format!(
+                    "header holds about {values} JSON values, over the limit of {}",
+                    super::json::MAX_VALUES
+                ),
+            )
+            .offset(8),
+        ]);
+    }
     let value: Value = match serde_json::from_slice(json) {
         Ok(v) => v,
         Err(e) => {

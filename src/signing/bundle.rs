@@ -157,6 +157,15 @@ pub fn parse(bytes: &[u8]) -> Result<SigBundle, Finding> {
             ),
         ));
     }
+    if crate::format::json::count_values(bytes) > crate::format::json::MAX_VALUES {
+        return Err(Finding::error(
+            checks::OMS_BUNDLE,
+            format!(
+                "the signature file holds over {} JSON values",
+                crate::format::json::MAX_VALUES
+            ),
+        ));
+    }
     let root: Value = serde_json::from_slice(bytes).map_err(|e| {
         Finding::error(
             checks::OMS_BUNDLE,

@@ -141,8 +141,7 @@ impl Trust {
 /// transparency logs (`tlogs`).
 fn trusted_root(bytes: &[u8]) -> Result<(Vec<Cert>, Vec<tlog::LogKey>), String> {
     use base64::Engine as _;
-    let v: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let v = crate::format::json::parse_bounded(bytes).map_err(|e| format!("not JSON: {e}"))?;
     let cas = v
         .get("certificateAuthorities")
         .and_then(|c| c.as_array())

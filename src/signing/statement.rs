@@ -147,6 +147,15 @@ fn string<'a>(v: &'a Value, field: &str) -> Result<&'a str, Finding> {
 /// contradicts itself is `oms.manifest`; a resource path that leaves the
 /// folder is `oms.path`.
 pub fn parse(payload: &[u8]) -> Result<Statement, Finding> {
+    if crate::format::json::count_values(payload) > crate::format::json::MAX_VALUES {
+        return Err(bad(
+            "payload",
+            format!(
+                "the signed payload holds over {} JSON values",
+                crate::format::json::MAX_VALUES
+            ),
+        ));
+    }
     let v: Value = serde_json::from_slice(payload).map_err(|e| {
         bad(
             "payload",

@@ -324,8 +324,8 @@ fn set_payload(body: &[u8], time: u64, log_id: &[u8], index: u64) -> Vec<u8> {
 /// A `dsse` v0.0.1 entry body must hold the SHA-256 of the payload and,
 /// for every envelope signature, that signature with the leaf as verifier.
 fn body_matches(body: &[u8], entry: &Value, b: &SigBundle, leaf: &Cert) -> Result<(), String> {
-    let v: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let v = crate::format::json::parse_bounded(body)
+        .map_err(|e| format!("the body is not JSON: {e}"))?;
     let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
     let version = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     if (kind, version) != ("dsse", "0.0.1") {

@@ -165,6 +165,20 @@ fn read_json(
             return None;
         }
     };
+    let values = super::json::count_values(&bytes);
+    if values > super::json::MAX_VALUES {
+        findings.push(
+            Finding::error(
+                check,
+                format!(
+                    "{what} holds about {values} JSON values, over the limit of {}",
+                    super::json::MAX_VALUES
+                ),
+            )
+            .field(what),
+        );
+        return None;
+    }
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => Some((bytes, m)),
         Ok(other) => {
