@@ -409,14 +409,27 @@ fn a_hundred_thousand_tensors_over_many_shards() {
     let tmp = tempfile::tempdir().unwrap();
     let four = tmp.path().join("four");
     shards(&four, 4, 25_000);
-    let (code, text, rss) = audit_text_measured(&four);
+    let (code, text, rss) = audit_text_measured(&four, &[]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("100000"), "{text}");
     assert!(rss < RSS_BOUND, "10^5 tensors: peak RSS {} MiB", rss / MIB);
+    // The Markdown report builds its tensor table whole: still bounded.
+    let (code, md, rss) = audit_text_measured(&four, &["--markdown"]);
+    assert_eq!(code, 0);
+    assert!(
+        md.starts_with("# bundlescope audit"),
+        "{}",
+        &md[..md.len().min(300)]
+    );
+    assert!(
+        rss < RSS_BOUND,
+        "10^5 tensors, Markdown: peak RSS {} MiB",
+        rss / MIB
+    );
 
     let five = tmp.path().join("five");
     shards(&five, 5, 25_000);
-    let (code, text, rss) = audit_text_measured(&five);
+    let (code, text, rss) = audit_text_measured(&five, &[]);
     assert_eq!(code, 1, "{text}");
     assert!(
         text.contains("[shard.header] model-00005-of-00005.safetensors and the 0 shards after it are not indexed")
@@ -430,13 +443,14 @@ fn a_hundred_thousand_tensors_over_many_shards() {
     );
 }
 
-/// `audit` (text) on `target`: exit code, stdout and the peak RSS.
+/// `audit` (text, or `extra` flags) on `target`: exit code, stdout and the peak RSS.
 // The child is reaped by `wait4` below, which clippy does not see.
 #[allow(clippy::zombie_processes)]
-fn audit_text_measured(target: &Path) -> (i32, String, u64) {
+fn audit_text_measured(target: &Path, extra: &[&str]) -> (i32, String, u64) {
     use std::io::Read;
     let mut child = Command::new(common::bin())
         .args(["audit", target.to_str().unwrap()])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
