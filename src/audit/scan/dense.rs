@@ -100,11 +100,13 @@ impl Dense {
             _ => Pattern16::Bf16,
         };
         TensorStats {
-            values: Some(if self.dtype == DenseDtype::F32 {
-                stats::summarise_values(&acc.hist, pattern, &acc.moments)
-            } else {
-                stats::summarise_blocks(&acc.hist, acc.blocks(), pattern, &acc.moments)
-            }),
+            // F32 values are binned by their upper 16 bits, read as BF16.
+            values: Some(stats::summarise_blocks(
+                &acc.hist,
+                acc.blocks(),
+                pattern,
+                &acc.moments,
+            )),
             ..Default::default()
         }
     }
@@ -151,6 +153,9 @@ impl DenseAcc {
                 for (i, s) in units.chunks_exact(4).enumerate() {
                     let x = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
                     self.hist[(x >> 16) as usize] += 1;
+                    // Only the blocks that hold counts are walked at the end
+                    // (a GGUF of 32,768 one-value tensors walked 2^31 cells).
+                    self.touched[(x >> 24) as usize] = true;
                     let v = f32::from_bits(x);
                     if !v.is_finite() && self.first_bad.is_none() {
                         self.first_bad = Some(self.start + self.pos + 4 * i as u64);
