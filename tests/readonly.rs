@@ -170,6 +170,10 @@ const WRITERS: &[(&str, &str)] = &[
         "its unit tests only; bundle files open read(true)",
     ),
     ("src/util/paths.rs", "its unit tests only"),
+    (
+        "src/spotcheck/gguf_loader.rs",
+        "MLX's GGUF loader's private copy of a payload file, in the temporary folder (mode 0600, created new, removed after the check)",
+    ),
 ];
 
 #[test]
