@@ -307,6 +307,41 @@ impl RowOutliers {
         }
     }
 
+    /// Scale bytes: each row's largest magnitude, from the row's largest
+    /// `rank` (0 for a bad byte, else 1 + a key that orders like the
+    /// magnitude), decoded by `value` once a row. The magnitude histogram
+    /// is not kept here: it comes from the byte histogram at the end
+    /// ([`Self::add_bytes`]), so this loop is a plain (vectorised) maximum.
+    fn see_bytes(&mut self, bytes: &[u8], max_rank: fn(&[u8]) -> u8, value: impl Fn(u8) -> f32) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let take = usize::try_from(self.groups - self.in_row)
+                .map_or(rest.len(), |n| n.min(rest.len()));
+            let (now, later) = rest.split_at(take);
+            self.cur_key = self.cur_key.max(u16::from(max_rank(now)));
+            self.in_row += take as u64;
+            if self.in_row == self.groups {
+                self.maxima.push(match self.cur_key {
+                    0 => 0.0,
+                    r => value((r - 1) as u8),
+                });
+                self.cur_key = 0;
+                self.in_row = 0;
+            }
+            rest = later;
+        }
+    }
+
+    /// Adds the keys of a byte histogram's good bytes (`key(b)` is `None`
+    /// for a bad byte) to the magnitude histogram.
+    fn add_bytes(&mut self, counts: &[u64; 256], key: impl Fn(u8) -> Option<u16>) {
+        for (b, &n) in counts.iter().enumerate() {
+            if let (Some(k), true) = (key(b as u8), n > 0) {
+                self.hist.add(k, u32::try_from(n).unwrap_or(u32::MAX));
+            }
+        }
+    }
+
     /// Adds a 16-bit pattern histogram's finite values to the magnitude
     /// histogram, and returns the smallest nonzero and the largest
     /// magnitude keys present (`None` when every value is zero or
@@ -356,6 +391,8 @@ pub(super) struct ScalesScan {
     kind: ScaleKind,
     per_expert: u64,
     hists: Vec<[u64; 256]>,
+    /// Bytes past the last expert's scales.
+    beyond: [u64; 256],
     first_bad: Option<u64>,
     rows: RowOutliers,
 }
@@ -368,6 +405,7 @@ impl ScalesScan {
             per_expert: per_expert.max(1),
             // experts is bounded by the module checks.
             hists: vec![[0u64; 256]; experts as usize],
+            beyond: [0; 256],
             first_bad: None,
             rows: RowOutliers::new(groups),
         }
@@ -381,21 +419,21 @@ impl ScalesScan {
         }
     }
 
+    /// The magnitude key of a good byte: E8M0 bytes and positive E4M3
+    /// bytes order like their values.
+    fn key(kind: ScaleKind, b: u8) -> u16 {
+        u16::from(if kind == ScaleKind::E4m3 { b & 0x7f } else { b })
+    }
+
     /// Feeds the bytes at `pos` (tensor-relative); `start` is the tensor's absolute offset.
     pub(super) fn feed(&mut self, start: u64, mut pos: u64, data: &[u8]) {
-        for &b in data {
-            // E8M0 bytes and positive E4M3 bytes order like their values;
-            // bad bytes (NaN, negative) are left out of the median.
-            if !Self::bad(self.kind, b) {
-                let key = u16::from(if self.kind == ScaleKind::E4m3 {
-                    b & 0x7f
-                } else {
-                    b
-                });
-                self.rows.see(dm::scale_byte(self.kind, b).abs(), key);
-            } else {
-                self.rows.see(f32::NAN, 0);
-            }
+        // E8M0 bytes and positive E4M3 bytes order like their values; bad
+        // bytes (NaN, negative) are left out of the maxima and the median.
+        match self.kind {
+            ScaleKind::E8m0 => self.rows.see_bytes(data, max_rank_e8m0, |k| dm::e8m0(k)),
+            ScaleKind::E4m3 => self
+                .rows
+                .see_bytes(data, max_rank_e4m3, |k| dm::scale_byte(ScaleKind::E4m3, k)),
         }
         let mut rest = data;
         while !rest.is_empty() {
@@ -403,6 +441,9 @@ impl ScalesScan {
             let left = self.per_expert - pos % self.per_expert;
             let n = usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len()));
             let Some(h) = self.hists.get_mut(expert) else {
+                // Bytes past the last expert (the module checks rule them
+                // out) still count towards the median, as they always did.
+                super::nvfp4::byte_hist(rest, &mut self.beyond);
                 break;
             };
             let (part, tail) = rest.split_at(n);
@@ -425,7 +466,12 @@ impl ScalesScan {
     }
 
     /// Findings and statistics; `start` is the tensor's absolute offset.
-    pub(super) fn finish(self, name: &str, start: u64, findings: &mut Vec<Finding>) -> TensorStats {
+    pub(super) fn finish(
+        mut self,
+        name: &str,
+        start: u64,
+        findings: &mut Vec<Finding>,
+    ) -> TensorStats {
         let mut total = [0u64; 256];
         for h in &self.hists {
             for (a, b) in total.iter_mut().zip(h) {
@@ -456,6 +502,12 @@ impl ScalesScan {
             );
         }
         let kind = self.kind;
+        let mut keys = self.beyond;
+        for (a, b) in keys.iter_mut().zip(&total) {
+            *a += b;
+        }
+        self.rows
+            .add_bytes(&keys, |b| (!Self::bad(kind, b)).then(|| Self::key(kind, b)));
         let mut out = TensorStats {
             scales: Some(dm::summarise_byte_scales(self.kind, &total)),
             row_outliers: Some(self.rows.count(|k| dm::scale_byte(kind, k as u8))),
@@ -471,6 +523,22 @@ impl ScalesScan {
         }
         out
     }
+}
+
+/// The largest rank of E8M0 scale bytes: 0 for NaN (0xFF), else 1 + the
+/// byte (which orders like the value).
+fn max_rank_e8m0(bytes: &[u8]) -> u8 {
+    bytes.iter().fold(0, |m, &b| m.max(b.wrapping_add(1)))
+}
+
+/// The largest rank of E4M3 scale bytes: 0 for NaN (0x7F, 0xFF) and
+/// negative bytes, 1 for -0 (0x80), else 1 + the byte (positive bytes
+/// order like their values).
+fn max_rank_e4m3(bytes: &[u8]) -> u8 {
+    bytes.iter().fold(0, |m, &b| {
+        let r = if b < 0x7f { b + 1 } else { u8::from(b == 0x80) };
+        m.max(r)
+    })
 }
 
 /// The magnitudes of an affine module's scales (F16, BF16 or F32), beside

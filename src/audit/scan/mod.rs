@@ -7,6 +7,8 @@ mod avx2;
 mod dense;
 mod gguf;
 mod mlx;
+#[cfg(test)]
+mod mlx_reference_tests;
 mod nvfp4;
 mod packed;
 #[cfg(test)]
