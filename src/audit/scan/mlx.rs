@@ -200,9 +200,14 @@ pub(super) struct RowOutliers {
     groups: u64,
     in_row: u64,
     cur: f32,
-    /// The row's largest magnitude key so far ([`Self::see_halves`]).
-    cur_key: u16,
+    /// The row's largest rank so far ([`Self::see_halves`], [`Self::see_bytes`]).
+    cur_rank: u16,
+    /// Each finished row's largest magnitude ([`Self::see`]).
     maxima: Vec<f32>,
+    /// Each finished row's largest rank: 0 when the row has no finite
+    /// scale, else 1 + its largest magnitude key (decoded only in
+    /// [`Self::count`], once a tensor rather than once a row).
+    ranks: Vec<u16>,
     hist: KeyCounts,
 }
 
@@ -258,8 +263,9 @@ impl RowOutliers {
             groups: groups.max(1),
             in_row: 0,
             cur: 0.0,
-            cur_key: 0,
+            cur_rank: 0,
             maxima: Vec::new(),
+            ranks: Vec::new(),
             hist: KeyCounts::default(),
         }
     }
@@ -280,52 +286,62 @@ impl RowOutliers {
     }
 
     /// F16 or BF16 scales (little-endian, whole values): each row's largest
-    /// finite magnitude, as the largest magnitude key (`h & 0x7fff`, finite
-    /// below `inf`, the all-ones exponent; keys order like magnitudes),
-    /// decoded by `value` once a row. The magnitude histogram is not kept
-    /// here: it comes from the tensor's pattern histogram at the end
+    /// finite magnitude, as the largest rank (1 + the magnitude key
+    /// `h & 0x7fff` when finite, below `inf`, the all-ones exponent; keys
+    /// order like magnitudes). The magnitude histogram is not kept here: it
+    /// comes from the tensor's pattern histogram at the end
     /// ([`Self::add_patterns`]), so this loop is a plain maximum.
-    fn see_halves(&mut self, bytes: &[u8], inf: u16, value: fn(u16) -> f32) {
+    fn see_halves(&mut self, bytes: &[u8], inf: u16) {
+        let rank = |c: &[u8; 2]| half_rank(*c, inf);
+        let row_bytes = usize::try_from(self.groups).map_or(usize::MAX, |g| g.saturating_mul(2));
         let mut rest = bytes;
         while rest.len() >= 2 {
-            let take = ((self.groups - self.in_row) as usize).min(rest.len() / 2);
+            if self.in_row == 0 && rest.len() >= row_bytes {
+                // Whole rows: no bookkeeping between them.
+                let whole = rest.len() / row_bytes * row_bytes;
+                let (rows, later) = rest.split_at(whole);
+                self.ranks.extend(
+                    rows.chunks_exact(row_bytes)
+                        .map(|row| max_half_rank(row, inf)),
+                );
+                rest = later;
+                continue;
+            }
+            let take = usize::try_from(self.groups - self.in_row)
+                .map_or(rest.len() / 2, |n| n.min(rest.len() / 2));
             let (now, later) = rest.split_at(2 * take);
-            self.cur_key = now
-                .chunks_exact(2)
-                .map(|c| {
-                    let key = u16::from_le_bytes([c[0], c[1]]) & 0x7fff;
-                    if key < inf { key } else { 0 }
-                })
-                .fold(self.cur_key, u16::max);
+            self.cur_rank = now
+                .as_chunks::<2>()
+                .0
+                .iter()
+                .map(rank)
+                .fold(self.cur_rank, u16::max);
             self.in_row += take as u64;
             if self.in_row == self.groups {
-                self.maxima.push(value(self.cur_key));
-                self.cur_key = 0;
+                self.ranks.push(self.cur_rank);
+                self.cur_rank = 0;
                 self.in_row = 0;
             }
             rest = later;
         }
     }
 
-    /// Scale bytes: each row's largest magnitude, from the row's largest
+    /// Scale bytes: each row's largest magnitude, as the row's largest
     /// `rank` (0 for a bad byte, else 1 + a key that orders like the
-    /// magnitude), decoded by `value` once a row. The magnitude histogram
-    /// is not kept here: it comes from the byte histogram at the end
-    /// ([`Self::add_bytes`]), so this loop is a plain (vectorised) maximum.
-    fn see_bytes(&mut self, bytes: &[u8], max_rank: fn(&[u8]) -> u8, value: impl Fn(u8) -> f32) {
+    /// magnitude). The magnitude histogram is not kept here: it comes from
+    /// the byte histogram at the end ([`Self::add_bytes`]), so this loop
+    /// is a plain (vectorised) maximum.
+    fn see_bytes(&mut self, bytes: &[u8], max_rank: fn(&[u8]) -> u8) {
         let mut rest = bytes;
         while !rest.is_empty() {
             let take = usize::try_from(self.groups - self.in_row)
                 .map_or(rest.len(), |n| n.min(rest.len()));
             let (now, later) = rest.split_at(take);
-            self.cur_key = self.cur_key.max(u16::from(max_rank(now)));
+            self.cur_rank = self.cur_rank.max(u16::from(max_rank(now)));
             self.in_row += take as u64;
             if self.in_row == self.groups {
-                self.maxima.push(match self.cur_key {
-                    0 => 0.0,
-                    r => value((r - 1) as u8),
-                });
-                self.cur_key = 0;
+                self.ranks.push(self.cur_rank);
+                self.cur_rank = 0;
                 self.in_row = 0;
             }
             rest = later;
@@ -382,7 +398,16 @@ impl RowOutliers {
             }
         }
         let limit = 8.0 * median;
-        self.maxima.iter().filter(|&&m| m > limit).count() as u64
+        let ranked = self.ranks.iter().map(|&r| match r {
+            0 => 0.0,
+            r => value(r - 1),
+        });
+        self.maxima
+            .iter()
+            .copied()
+            .chain(ranked)
+            .filter(|&m| m > limit)
+            .count() as u64
     }
 }
 
@@ -430,10 +455,8 @@ impl ScalesScan {
         // E8M0 bytes and positive E4M3 bytes order like their values; bad
         // bytes (NaN, negative) are left out of the maxima and the median.
         match self.kind {
-            ScaleKind::E8m0 => self.rows.see_bytes(data, max_rank_e8m0, |k| dm::e8m0(k)),
-            ScaleKind::E4m3 => self
-                .rows
-                .see_bytes(data, max_rank_e4m3, |k| dm::scale_byte(ScaleKind::E4m3, k)),
+            ScaleKind::E8m0 => self.rows.see_bytes(data, max_rank_e8m0),
+            ScaleKind::E4m3 => self.rows.see_bytes(data, max_rank_e4m3),
         }
         let mut rest = data;
         while !rest.is_empty() {
@@ -525,20 +548,60 @@ impl ScalesScan {
     }
 }
 
+/// The rank of an F16 or BF16 scale: 1 + its magnitude key when finite
+/// (below `inf`), else 0.
+#[inline(always)]
+fn half_rank(c: [u8; 2], inf: u16) -> u16 {
+    let key = u16::from_le_bytes(c) & 0x7fff;
+    if key < inf { key + 1 } else { 0 }
+}
+
+/// The largest [`half_rank`] of whole halves: 16 lanes, so the loop is
+/// vectorised (a plain fold is not).
+fn max_half_rank(bytes: &[u8], inf: u16) -> u16 {
+    let (blocks, tail) = bytes.as_chunks::<32>();
+    let mut lanes = [0u16; 16];
+    for b in blocks {
+        for (m, c) in lanes.iter_mut().zip(b.as_chunks::<2>().0) {
+            *m = (*m).max(half_rank(*c, inf));
+        }
+    }
+    let tail = tail.as_chunks::<2>().0.iter().map(|&c| half_rank(c, inf));
+    lanes.into_iter().chain(tail).fold(0, u16::max)
+}
+
+/// The largest of `rank` over `bytes`, in 32 lanes (vectorised).
+#[inline(always)]
+fn max_byte_rank(bytes: &[u8], rank: impl Fn(u8) -> u8) -> u8 {
+    let (blocks, tail) = bytes.as_chunks::<32>();
+    let mut lanes = [0u8; 32];
+    for b in blocks {
+        for (m, &x) in lanes.iter_mut().zip(b) {
+            *m = (*m).max(rank(x));
+        }
+    }
+    lanes
+        .into_iter()
+        .chain(tail.iter().map(|&x| rank(x)))
+        .fold(0, u8::max)
+}
+
 /// The largest rank of E8M0 scale bytes: 0 for NaN (0xFF), else 1 + the
 /// byte (which orders like the value).
 fn max_rank_e8m0(bytes: &[u8]) -> u8 {
-    bytes.iter().fold(0, |m, &b| m.max(b.wrapping_add(1)))
+    max_byte_rank(bytes, |b| b.wrapping_add(1))
 }
 
 /// The largest rank of E4M3 scale bytes: 0 for NaN (0x7F, 0xFF) and
 /// negative bytes, 1 for -0 (0x80), else 1 + the byte (positive bytes
 /// order like their values).
 fn max_rank_e4m3(bytes: &[u8]) -> u8 {
-    bytes.iter().fold(0, |m, &b| {
-        let r = if b < 0x7f { b + 1 } else { u8::from(b == 0x80) };
-        m.max(r)
-    })
+    max_byte_rank(
+        bytes,
+        |b| {
+            if b < 0x7f { b + 1 } else { u8::from(b == 0x80) }
+        },
+    )
 }
 
 /// The magnitudes of an affine module's scales (F16, BF16 or F32), beside
@@ -587,8 +650,8 @@ impl AbsRange {
                     let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                     see(v, (v.to_bits() >> 16) as u16);
                 }),
-                DenseDtype::Bf16 => rows.see_halves(whole, 0x7f80, crate::decode::bf16_to_f32),
-                DenseDtype::F16 => rows.see_halves(whole, 0x7c00, crate::decode::f16_to_f32),
+                DenseDtype::Bf16 => rows.see_halves(whole, 0x7f80),
+                DenseDtype::F16 => rows.see_halves(whole, 0x7c00),
             }
         });
     }

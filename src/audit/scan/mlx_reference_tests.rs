@@ -5,7 +5,7 @@
 use super::Scanner;
 use crate::decode::mlxlm as dm;
 use crate::decode::stats::{self, TensorStats};
-use crate::format::{Layout, ScaleKind, TensorInfo};
+use crate::format::{DenseDtype, Layout, ScaleKind, TensorInfo};
 
 /// Absolute offset the test tensors start at.
 const START: u64 = 4096;
@@ -159,6 +159,128 @@ fn byte_scale_values_order_like_their_keys() {
         for w in good.windows(2) {
             let (a, b) = (dm::scale_byte(kind, w[0]), dm::scale_byte(kind, w[1]));
             assert!(a < b, "{kind:?} {:#x} {:#x}", w[0], w[1]);
+        }
+    }
+}
+
+/// Row outliers, range and zeros of affine scales computed one value at a
+/// time: each row's largest finite magnitude as an `f32` maximum, the
+/// median from the sorted magnitude keys (the half itself for F16 and
+/// BF16, its top 16 bits for F32, as the scanner documents).
+fn affine_reference(
+    dtype: DenseDtype,
+    groups: usize,
+    bytes: &[u8],
+) -> (Option<[f64; 2]>, u64, u64) {
+    let size = dtype.size() as usize;
+    let decode = |v: &[u8]| -> (f32, u16) {
+        match dtype {
+            DenseDtype::F32 => {
+                let x = f32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+                (x, (x.to_bits() >> 16) as u16 & 0x7fff)
+            }
+            DenseDtype::F16 => {
+                let h = u16::from_le_bytes([v[0], v[1]]);
+                (half::f16::from_bits(h).to_f32(), h & 0x7fff)
+            }
+            DenseDtype::Bf16 => {
+                let h = u16::from_le_bytes([v[0], v[1]]);
+                (half::bf16::from_bits(h).to_f32(), h & 0x7fff)
+            }
+        }
+    };
+    let key_value = |k: u16| match dtype {
+        DenseDtype::F16 => half::f16::from_bits(k).to_f32(),
+        _ => half::bf16::from_bits(k).to_f32(),
+    };
+    let (mut lo, mut hi, mut zeros) = (f32::INFINITY, 0f32, 0u64);
+    let mut keys = Vec::new();
+    let mut maxima = Vec::new();
+    for row in bytes.chunks(groups * size) {
+        let mut max = 0f32;
+        for v in row.chunks_exact(size) {
+            let (x, key) = decode(v);
+            let a = x.abs();
+            if a.is_finite() {
+                keys.push(key);
+                max = max.max(a);
+                if a > 0.0 {
+                    lo = lo.min(a);
+                    hi = hi.max(a);
+                }
+            }
+            zeros += u64::from(a == 0.0);
+        }
+        if row.len() == groups * size {
+            maxima.push(max);
+        }
+    }
+    keys.sort_unstable();
+    let outliers = match keys.len() {
+        0 => 0,
+        n => {
+            let median = key_value(keys[n.div_ceil(2) - 1]);
+            maxima.iter().filter(|&&m| m > 8.0 * median).count() as u64
+        }
+    };
+    // The range of F16 and BF16 scales comes from their keys: the same
+    // magnitudes.
+    let range = (lo <= hi).then(|| [f64::from(lo), f64::from(hi)]);
+    (range, outliers, zeros)
+}
+
+#[test]
+fn affine_scales_equal_the_naive_reference() {
+    let mut rng = Rng(0x2f6b_1d4a_99c3_0e57);
+    for dtype in [DenseDtype::Bf16, DenseDtype::F16, DenseDtype::F32] {
+        for (rows, groups) in [(1, 1), (3, 5), (40, 16), (17, 33), (9, 64), (2, 300)] {
+            let n = rows * groups;
+            // Magnitudes around 2^-8, some rows far above, some zeros, a
+            // few NaN and infinite values, both signs.
+            let mut bytes = Vec::new();
+            for i in 0..n {
+                let x: f32 = match rng.below(400) {
+                    0 => f32::NAN,
+                    1 => f32::NEG_INFINITY,
+                    2..6 => 0.0,
+                    6..10 if i / groups % 4 == 1 => 0.5,
+                    _ => (1.0 + rng.below(1000) as f32 / 300.0) / 256.0,
+                };
+                let x = if rng.below(2) == 0 { x } else { -x };
+                match dtype {
+                    DenseDtype::F32 => bytes.extend_from_slice(&x.to_le_bytes()),
+                    DenseDtype::F16 => {
+                        bytes.extend_from_slice(&half::f16::from_f32(x).to_le_bytes())
+                    }
+                    DenseDtype::Bf16 => {
+                        bytes.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes())
+                    }
+                }
+            }
+            let layout = Layout::MlxParams {
+                dtype,
+                count: n as u64,
+            };
+            let mut info = info(layout, vec![rows as u64, groups as u64], bytes.len());
+            info.name = "m.scales".into();
+            let (range, outliers, zeros) = affine_reference(dtype, groups, &bytes);
+            let mut whole = Scanner::for_tensor(0, &info).unwrap();
+            whole.feed(&bytes);
+            let whole = whole.finish();
+            let case = format!("{dtype:?} {rows}x{groups}");
+            assert_eq!(whole.stats.abs_range, range, "{case}");
+            assert_eq!(whole.stats.row_outliers, Some(outliers), "{case}");
+            assert_eq!(whole.stats.zero_scales, Some(zeros), "{case}");
+            for max_piece in [1, 3, 64, 1 << 20] {
+                let out = scan_in_pieces(&info, &bytes, &mut rng, max_piece).finish();
+                let case = format!("{case} <= {max_piece}");
+                assert_eq!(
+                    format!("{:?}", out.stats),
+                    format!("{:?}", whole.stats),
+                    "{case}"
+                );
+                assert_eq!(out.findings, whole.findings, "{case}");
+            }
         }
     }
 }
