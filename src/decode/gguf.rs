@@ -171,6 +171,7 @@ pub fn block_codes(ty: GgmlType, block: &[u8], q: &mut [u8; MAX_BLOCK]) {
 
 /// Sub-block scales (and mins) of one block as stored codes; returns how
 /// many of each were written.
+#[inline]
 pub fn block_sub_scales(
     ty: GgmlType,
     block: &[u8],

@@ -24,7 +24,17 @@ struct DenseAcc {
     touched: Box<[bool; 256]>,
     moments: Moments,
     first_bad: Option<u64>,
+    /// Values counted so far (F16, BF16).
+    values: u64,
+    /// Every block counts as touched: the tensor passed [`MARKED_VALUES`].
+    all_blocks: bool,
 }
+
+/// F16 and BF16 values whose blocks are marked one by one: a small tensor's
+/// walks then visit only its few blocks (a checkpoint of 20,000 tensors),
+/// while a large tensor's histogram is worth walking whole, and its loop
+/// saves the mark.
+const MARKED_VALUES: u64 = 1 << 16;
 
 /// Values converted at once: `half`'s slice conversion is vectorised where
 /// the per-value one is not.
@@ -52,6 +62,8 @@ impl Dense {
                 touched: Box::new([false; 256]),
                 moments: Moments::default(),
                 first_bad: None,
+                values: 0,
+                all_blocks: false,
             },
         }
     }
@@ -114,7 +126,11 @@ impl Dense {
 
 impl DenseAcc {
     fn blocks(&self) -> stats::Blocks {
-        stats::Blocks::from_flags(&self.touched)
+        if self.all_blocks {
+            stats::Blocks::ALL
+        } else {
+            stats::Blocks::from_flags(&self.touched)
+        }
     }
 
     fn values(&mut self, units: &[u8]) {
@@ -131,13 +147,28 @@ impl DenseAcc {
                 } else {
                     0x7c00
                 };
+                let Ok(hist) = <&mut [u32; 1 << 16]>::try_from(&mut self.hist[..]) else {
+                    return;
+                };
+                // Past the first values, every block is taken as possibly
+                // touched (the walks skip empty cells, so only their speed
+                // depends on it) and the loop is the histogram alone.
+                let mark = !self.all_blocks;
                 for (b, block) in units.chunks(2 * BLOCK).enumerate() {
                     let mut bad = false;
-                    for s in block.chunks_exact(2) {
-                        let h = u16::from_le_bytes([s[0], s[1]]);
-                        self.hist[usize::from(h)] += 1;
-                        self.touched[usize::from(h >> 8)] = true;
-                        bad |= h & exp == exp;
+                    if mark {
+                        for s in block.as_chunks::<2>().0 {
+                            let h = u16::from_le_bytes(*s);
+                            hist[usize::from(h)] += 1;
+                            self.touched[usize::from(h >> 8)] = true;
+                            bad |= h & exp == exp;
+                        }
+                    } else {
+                        for s in block.as_chunks::<2>().0 {
+                            let h = u16::from_le_bytes(*s);
+                            hist[usize::from(h)] += 1;
+                            bad |= h & exp == exp;
+                        }
                     }
                     if bad && self.first_bad.is_none() {
                         let i = block
@@ -147,6 +178,10 @@ impl DenseAcc {
                         let at = 2 * (b * BLOCK + i) as u64;
                         self.first_bad = Some(self.start + self.pos + at);
                     }
+                }
+                self.values += (units.len() / 2) as u64;
+                if self.values >= MARKED_VALUES {
+                    self.all_blocks = true;
                 }
             }
             DenseDtype::F32 => {

@@ -92,12 +92,41 @@ impl Acc {
     }
 
     fn blocks_bounded(&mut self, ty: GgmlType, first: u64, data: &[u8], type_size: usize) {
+        use GgmlType as T;
+        // Each common type gets its own copy of the loop, its type and
+        // block size constants there: the per-block work (a few fields and
+        // checks) then has no branch on the type left in it.
+        macro_rules! sized {
+            ($($t:ident => $n:literal),* $(,)?) => {
+                match ty {
+                    $(T::$t if type_size == $n => self.blocks_of::<$n>(T::$t, first, data, $n),)*
+                    _ => self.blocks_of::<0>(ty, first, data, type_size),
+                }
+            };
+        }
+        sized!(
+            Q4_0 => 18, Q4_1 => 20, Q5_0 => 22, Q5_1 => 24, Q8_0 => 34, Q2_K => 84,
+            Q3_K => 110, Q4_K => 144, Q5_K => 176, Q6_K => 210, Q8_K => 292,
+            MXFP4 => 17, NVFP4 => 36,
+        )
+    }
+
+    /// [`Self::blocks_bounded`] for blocks of `N` bytes (`N` = 0: any size,
+    /// `type_size`).
+    #[inline(always)]
+    fn blocks_of<const N: usize>(
+        &mut self,
+        ty: GgmlType,
+        first: u64,
+        data: &[u8],
+        type_size: usize,
+    ) {
         if has_joint_codes(ty) {
             // A byte of low bits with its high bits: one increment for two
             // or four codes, expanded once per call.
             let mut t = vec![0u32; JOINT_TABLE];
             let runs = joint_zero_runs(ty);
-            self.each_block(ty, first, data, type_size, |b| {
+            self.each_block::<N>(ty, first, data, type_size, |b| {
                 joint_codes(ty, b, |i| t[i] += 1);
                 runs.is_some_and(|runs| {
                     runs.iter()
@@ -113,33 +142,48 @@ impl Acc {
                 GgmlType::Q8_0 | GgmlType::Q8_K => Some(0),
                 _ => None,
             };
-            // Four interleaved tables, so runs of one value do not serialise.
-            let mut t = [[0u32; 256]; 4];
-            self.each_block(ty, first, data, type_size, |b| {
-                let qs = &b[off..off + len];
-                for w in qs.as_chunks::<4>().0 {
-                    t[0][usize::from(w[0])] += 1;
-                    t[1][usize::from(w[1])] += 1;
-                    t[2][usize::from(w[2])] += 1;
-                    t[3][usize::from(w[3])] += 1;
+            let is_zero = |qs: &[u8]| zero_byte.is_some_and(|z| qs.iter().all(|&x| x == z));
+            if matches!(ty, GgmlType::Q8_0 | GgmlType::Q8_K | GgmlType::Q2_K) {
+                // Four interleaved tables, so runs of one value do not serialise.
+                let mut t = [[0u32; 256]; 4];
+                self.each_block::<N>(ty, first, data, type_size, |b| {
+                    let qs = &b[off..off + len];
+                    for w in qs.as_chunks::<4>().0 {
+                        t[0][usize::from(w[0])] += 1;
+                        t[1][usize::from(w[1])] += 1;
+                        t[2][usize::from(w[2])] += 1;
+                        t[3][usize::from(w[3])] += 1;
+                    }
+                    is_zero(qs)
+                });
+                let mut table = [0u64; 256];
+                for (v, slot) in table.iter_mut().enumerate() {
+                    *slot = u64::from(t[0][v])
+                        + u64::from(t[1][v])
+                        + u64::from(t[2][v])
+                        + u64::from(t[3][v]);
                 }
-                zero_byte.is_some_and(|z| qs.iter().all(|&x| x == z))
-            });
-            let mut table = [0u64; 256];
-            for (v, slot) in table.iter_mut().enumerate() {
-                *slot = u64::from(t[0][v])
-                    + u64::from(t[1][v])
-                    + u64::from(t[2][v])
-                    + u64::from(t[3][v]);
+                expand_byte_counts(ty, &table, &mut self.codes);
+            } else {
+                // Two codes a byte (nibbles): the code bytes gathered and
+                // counted by the vectorised nibble kernel.
+                let mut nibbles = Nibbles::new();
+                self.each_block::<N>(ty, first, data, type_size, |b| {
+                    let qs = &b[off..off + len];
+                    nibbles.push(qs);
+                    is_zero(qs)
+                });
+                for (c, n) in self.codes.iter_mut().zip(nibbles.finish()) {
+                    *c += n;
+                }
             }
-            expand_byte_counts(ty, &table, &mut self.codes);
         } else {
             // Any other decoded type: every code unpacked.
             let n = ty.block_size() as usize;
             let zero = code_format(ty).map_or(0, |(_, z)| z);
             let mut q = [0u8; MAX_BLOCK];
             let mut t = [0u64; 256];
-            self.each_block(ty, first, data, type_size, |b| {
+            self.each_block::<N>(ty, first, data, type_size, |b| {
                 block_codes(ty, b, &mut q);
                 for &c in &q[..n] {
                     t[usize::from(c)] += 1;
@@ -155,7 +199,7 @@ impl Acc {
     /// The per-block work besides the codes, which `codes` tallies (and
     /// says whether the block's codes are all the zero level).
     #[inline(always)]
-    fn each_block(
+    fn each_block<const N: usize>(
         &mut self,
         ty: GgmlType,
         first: u64,
@@ -168,7 +212,16 @@ impl Acc {
         // Q2_K's scale bytes are a scale nibble and a min nibble: counted
         // as bytes and split once at the end.
         let mut q2k = [0u32; 256];
-        for (k, b) in data.chunks_exact(type_size).enumerate() {
+        let (mut d_hist, mut m_hist) = match (
+            <&mut [u32; 1 << 16]>::try_from(&mut self.d_hist[..]),
+            <&mut [u32; 1 << 16]>::try_from(&mut self.m_hist[..]),
+        ) {
+            (Ok(d), Ok(m)) => (Some(d), Some(m)),
+            _ => (None, None),
+        };
+        let (sub, mins) = (&mut self.sub, &mut self.mins);
+        let (mut bad, mut zero_blocks, mut first_bad) = (0u64, 0u64, self.first_bad);
+        let mut block = |k: usize, b: &[u8]| {
             let all_zero = codes(b);
             if ty == GgmlType::Q2_K {
                 for &x in &b[..16] {
@@ -177,60 +230,123 @@ impl Acc {
             } else {
                 let (ns, nm) = block_sub_scales(ty, b, &mut sc, &mut mn);
                 for &s in &sc[..ns] {
-                    self.sub[usize::from(s)] += 1;
+                    sub[usize::from(s)] += 1;
                 }
                 for &m in &mn[..nm] {
-                    self.mins[usize::from(m)] += 1;
+                    mins[usize::from(m)] += 1;
                 }
             }
             let mut d_zero = false;
-            for (at, field, hist) in [(d_at, "d", &mut self.d_hist), (m_at, "m", &mut self.m_hist)]
-            {
-                let Some(at) = at else { continue };
+            if let (Some(at), Some(hist)) = (d_at, d_hist.as_deref_mut()) {
                 let h = u16::from_le_bytes([b[at], b[at + 1]]);
                 hist[usize::from(h & 0x7fff)] += 1;
                 if h & 0x7c00 == 0x7c00 {
-                    self.bad += 1;
-                    if self.first_bad.is_none() {
-                        let name = match (field, ty) {
-                            ("m", GgmlType::Q4_1 | GgmlType::Q5_1) => "m",
-                            ("m", _) => "dmin",
-                            _ => "d",
-                        };
-                        self.first_bad = Some((first + k as u64, name, u32::from(h), at));
-                    }
+                    bad += 1;
+                    first_bad.get_or_insert((first + k as u64, "d", u32::from(h), at));
                 }
-                if field == "d" {
-                    d_zero = h & 0x7fff == 0;
+                d_zero = h & 0x7fff == 0;
+            }
+            if let (Some(at), Some(hist)) = (m_at, m_hist.as_deref_mut()) {
+                let h = u16::from_le_bytes([b[at], b[at + 1]]);
+                hist[usize::from(h & 0x7fff)] += 1;
+                if h & 0x7c00 == 0x7c00 {
+                    bad += 1;
+                    let name = match ty {
+                        GgmlType::Q4_1 | GgmlType::Q5_1 => "m",
+                        _ => "dmin",
+                    };
+                    first_bad.get_or_insert((first + k as u64, name, u32::from(h), at));
                 }
             }
             if ty == GgmlType::Q8_K {
                 let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 d_zero = d == 0.0;
                 if !d.is_finite() {
-                    self.bad += 1;
-                    if self.first_bad.is_none() {
-                        self.first_bad = Some((first + k as u64, "d", d.to_bits(), 0));
-                    }
+                    bad += 1;
+                    first_bad.get_or_insert((first + k as u64, "d", d.to_bits(), 0));
                 }
             }
             // E8M0 0xFF is NaN in the OCP MX format; ggml would scale by 2^127.
             if ty == GgmlType::MXFP4 && b[0] == 0xff {
-                self.bad += 1;
-                if self.first_bad.is_none() {
-                    self.first_bad = Some((first + k as u64, "e", 0xff, 0));
-                }
+                bad += 1;
+                first_bad.get_or_insert((first + k as u64, "e", 0xff, 0));
             }
-            if all_zero || d_zero {
-                self.zero_blocks += 1;
+            zero_blocks += u64::from(all_zero || d_zero);
+        };
+        if N > 0 {
+            for (k, b) in data.as_chunks::<N>().0.iter().enumerate() {
+                block(k, b);
+            }
+        } else {
+            for (k, b) in data.chunks_exact(type_size).enumerate() {
+                block(k, b);
             }
         }
+        self.bad += bad;
+        self.zero_blocks += zero_blocks;
+        self.first_bad = first_bad;
         if ty == GgmlType::Q2_K {
             for (x, &n) in q2k.iter().enumerate() {
                 self.sub[x & 0xf] += u64::from(n);
                 self.mins[x >> 4] += u64::from(n);
             }
         }
+    }
+}
+
+/// Code bytes of many blocks gathered into one buffer and counted two
+/// codes a byte by the vectorised nibble kernel once the buffer is full.
+struct Nibbles {
+    buf: [u8; Self::SIZE],
+    len: usize,
+    counts: [u64; 16],
+}
+
+impl Nibbles {
+    const SIZE: usize = 4096;
+
+    fn new() -> Self {
+        Self {
+            buf: [0; Self::SIZE],
+            len: 0,
+            counts: [0; 16],
+        }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, bytes: &[u8]) {
+        if self.len + bytes.len() > Self::SIZE {
+            self.flush();
+        }
+        if let Some(dst) = self.buf.get_mut(self.len..self.len + bytes.len()) {
+            dst.copy_from_slice(bytes);
+            self.len += bytes.len();
+        } else {
+            // Longer than the buffer (no such type): counted at once.
+            self.add(bytes);
+        }
+    }
+
+    fn flush(&mut self) {
+        let n = self.len;
+        self.len = 0;
+        let buf = self.buf;
+        self.add(&buf[..n]);
+    }
+
+    fn add(&mut self, bytes: &[u8]) {
+        for (a, b) in self
+            .counts
+            .iter_mut()
+            .zip(super::tally::nibble_counts(bytes))
+        {
+            *a += b;
+        }
+    }
+
+    fn finish(mut self) -> [u64; 16] {
+        self.flush();
+        self.counts
     }
 }
 
@@ -475,12 +591,11 @@ mod tests {
             .num_threads(3)
             .build()
             .unwrap();
-        for ty in [
-            GgmlType::Q4_0,
-            GgmlType::Q5_K,
-            GgmlType::Q6_K,
-            GgmlType::Q8_0,
-        ] {
+        // Every decoded block type: each has a loop of its own.
+        let types = GgmlType::ALL
+            .iter()
+            .filter(|t| t.decoded() && t.block_size() > 1);
+        for &ty in types {
             let rows = (3 * PARALLEL_MIN_BYTES as u64) / (512 / ty.block_size() * ty.type_size());
             let (info, bytes) = tensor(ty, rows);
             let mut whole = super::super::Scanner::for_tensor(0, &info).unwrap();
@@ -493,7 +608,9 @@ mod tests {
             let pieces = pieces.finish();
             assert_eq!(whole.findings, pieces.findings, "{}", ty.name());
             assert_eq!(whole.stats, pieces.stats, "{}", ty.name());
-            assert_eq!(whole.findings.len(), 1, "{}", ty.name());
+            // The planted NaN d (types with an F16 d).
+            let planted = usize::from(f16_fields(ty).0.is_some());
+            assert_eq!(whole.findings.len(), planted, "{}", ty.name());
             // Codes counted one block at a time through block_codes.
             let mut want = vec![0u64; 1 << code_format(ty).unwrap().0];
             let mut q = [0u8; MAX_BLOCK];

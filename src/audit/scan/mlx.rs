@@ -285,9 +285,14 @@ pub(super) struct RowOutliers {
     groups: u64,
     in_row: u64,
     cur: f32,
-    /// The row's largest magnitude key so far ([`Self::see_halves`]).
-    cur_key: u16,
+    /// The row's largest rank so far ([`Self::see_halves`], [`Self::see_bytes`]).
+    cur_rank: u16,
+    /// Each finished row's largest magnitude ([`Self::see`]).
     maxima: Vec<f32>,
+    /// Each finished row's largest rank: 0 when the row has no finite
+    /// scale, else 1 + its largest magnitude key (decoded only in
+    /// [`Self::count`], once a tensor rather than once a row).
+    ranks: Vec<u16>,
     hist: KeyCounts,
     /// A stacked tensor's experts: each one's magnitude keys, for its own
     /// median and p99 (the experts are peers of each other).
@@ -360,9 +365,10 @@ struct ExpertKeys {
 }
 
 impl ExpertKeys {
-    /// Summarises the current expert (its rows' maxima are `maxima`) and
-    /// clears the histogram for the next.
-    fn flush(&mut self, maxima: &[f32]) {
+    /// Summarises the current expert (its rows' maxima are `rows.0`, or
+    /// their ranks `rows.1`: see [`RowOutliers::ranks`]) and clears the
+    /// histogram for the next.
+    fn flush(&mut self, (maxima, ranks): (&[f32], &[u16])) {
         let rows = usize::try_from(self.rows).unwrap_or(usize::MAX);
         let e = self.current;
         let half = (1u32 << self.shift) >> 1;
@@ -376,9 +382,18 @@ impl ExpertKeys {
                 (f64::from((self.value)(key)), u64::from(n))
             })
             .collect();
-        let lo = e.saturating_mul(rows).min(maxima.len());
-        let hi = lo.saturating_add(rows).min(maxima.len());
-        let row_max: Vec<f64> = maxima[lo..hi].iter().map(|&m| f64::from(m)).collect();
+        let done = maxima.len() + ranks.len();
+        let lo = e.saturating_mul(rows).min(done);
+        let hi = lo.saturating_add(rows).min(done);
+        let value = self.value;
+        let row_max: Vec<f64> = if ranks.is_empty() {
+            maxima[lo..hi].iter().map(|&m| f64::from(m)).collect()
+        } else {
+            ranks[lo..hi.min(ranks.len())]
+                .iter()
+                .map(|&r| if r == 0 { 0.0 } else { f64::from(value(r - 1)) })
+                .collect()
+        };
         let mut part = ExpertPart::from_scales(values, &row_max);
         part.rows = self.rows;
         part.zero_groups = self
@@ -391,10 +406,10 @@ impl ExpertKeys {
 
     /// The histogram of the expert row `row` is in, once the experts
     /// before it are summarised.
-    fn at_row(&mut self, row: usize, maxima: &[f32]) -> Option<&mut Vec<u32>> {
+    fn at_row(&mut self, row: usize, done: (&[f32], &[u16])) -> Option<&mut Vec<u32>> {
         let e = (row as u64 / self.rows) as usize;
         while self.current < e && self.current < self.experts {
-            self.flush(maxima);
+            self.flush(done);
         }
         (self.current == e && e < self.experts).then_some(&mut self.hist)
     }
@@ -407,8 +422,9 @@ impl RowOutliers {
             groups: groups.max(1),
             in_row: 0,
             cur: 0.0,
-            cur_key: 0,
+            cur_rank: 0,
             maxima: Vec::new(),
+            ranks: Vec::new(),
             hist: KeyCounts::default(),
             experts: None,
         }
@@ -450,7 +466,7 @@ impl RowOutliers {
             self.hist.add(key, 1);
             if let Some(x) = &mut self.experts {
                 let shift = x.shift;
-                if let Some(h) = x.at_row(self.maxima.len(), &self.maxima)
+                if let Some(h) = x.at_row(self.maxima.len(), (&self.maxima, &self.ranks))
                     && let Some(n) = h.get_mut(usize::from(key & 0x7fff) >> shift)
                 {
                     *n += 1;
@@ -466,22 +482,39 @@ impl RowOutliers {
     }
 
     /// F16 or BF16 scales (little-endian, whole values): each row's largest
-    /// finite magnitude, as the largest magnitude key (`h & 0x7fff`, finite
-    /// below `inf`, the all-ones exponent; keys order like magnitudes),
-    /// decoded by `value` once a row. The magnitude histogram is not kept
-    /// here: it comes from the tensor's pattern histogram at the end
+    /// finite magnitude, as the largest rank (1 + the magnitude key
+    /// `h & 0x7fff` when finite, below `inf`, the all-ones exponent; keys
+    /// order like magnitudes). The magnitude histogram is not kept here: it
+    /// comes from the tensor's pattern histogram at the end
     /// ([`Self::add_patterns`]), so this loop is a plain maximum.
-    fn see_halves(&mut self, bytes: &[u8], inf: u16, value: fn(u16) -> f32) {
+    fn see_halves(&mut self, bytes: &[u8], inf: u16) {
+        let rank = |c: &[u8; 2]| half_rank(*c, inf);
+        let row_bytes = usize::try_from(self.groups).map_or(usize::MAX, |g| g.saturating_mul(2));
         let mut rest = bytes;
         while rest.len() >= 2 {
-            let take = ((self.groups - self.in_row) as usize).min(rest.len() / 2);
+            if self.in_row == 0 && rest.len() >= row_bytes && self.experts.is_none() {
+                // Whole rows: no bookkeeping between them (a stacked
+                // tensor's rows go one by one: each row's keys go to its
+                // expert's histogram).
+                let whole = rest.len() / row_bytes * row_bytes;
+                let (rows, later) = rest.split_at(whole);
+                self.ranks.extend(
+                    rows.chunks_exact(row_bytes)
+                        .map(|row| max_half_rank(row, inf)),
+                );
+                rest = later;
+                continue;
+            }
+            let take = usize::try_from(self.groups - self.in_row)
+                .map_or(rest.len() / 2, |n| n.min(rest.len() / 2));
             let (now, later) = rest.split_at(2 * take);
             if let Some(x) = &mut self.experts {
                 // One row: one expert.
                 let shift = x.shift;
-                if let Some(h) = x.at_row(self.maxima.len(), &self.maxima) {
-                    for c in now.chunks_exact(2) {
-                        let key = u16::from_le_bytes([c[0], c[1]]) & 0x7fff;
+                let row = self.maxima.len() + self.ranks.len();
+                if let Some(h) = x.at_row(row, (&self.maxima, &self.ranks)) {
+                    for c in now.as_chunks::<2>().0 {
+                        let key = u16::from_le_bytes(*c) & 0x7fff;
                         if key < inf
                             && let Some(n) = h.get_mut(usize::from(key) >> shift)
                         {
@@ -490,20 +523,51 @@ impl RowOutliers {
                     }
                 }
             }
-            self.cur_key = now
-                .chunks_exact(2)
-                .map(|c| {
-                    let key = u16::from_le_bytes([c[0], c[1]]) & 0x7fff;
-                    if key < inf { key } else { 0 }
-                })
-                .fold(self.cur_key, u16::max);
+            self.cur_rank = now
+                .as_chunks::<2>()
+                .0
+                .iter()
+                .map(rank)
+                .fold(self.cur_rank, u16::max);
             self.in_row += take as u64;
             if self.in_row == self.groups {
-                self.maxima.push(value(self.cur_key));
-                self.cur_key = 0;
+                self.ranks.push(self.cur_rank);
+                self.cur_rank = 0;
                 self.in_row = 0;
             }
             rest = later;
+        }
+    }
+
+    /// Scale bytes: each row's largest magnitude, as the row's largest
+    /// `rank` (0 for a bad byte, else 1 + a key that orders like the
+    /// magnitude). The magnitude histogram is not kept here: it comes from
+    /// the byte histogram at the end ([`Self::add_bytes`]), so this loop
+    /// is a plain (vectorised) maximum.
+    fn see_bytes(&mut self, bytes: &[u8], max_rank: fn(&[u8]) -> u8) {
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            let take = usize::try_from(self.groups - self.in_row)
+                .map_or(rest.len(), |n| n.min(rest.len()));
+            let (now, later) = rest.split_at(take);
+            self.cur_rank = self.cur_rank.max(u16::from(max_rank(now)));
+            self.in_row += take as u64;
+            if self.in_row == self.groups {
+                self.ranks.push(self.cur_rank);
+                self.cur_rank = 0;
+                self.in_row = 0;
+            }
+            rest = later;
+        }
+    }
+
+    /// Adds the keys of a byte histogram's good bytes (`key(b)` is `None`
+    /// for a bad byte) to the magnitude histogram.
+    fn add_bytes(&mut self, counts: &[u64; 256], key: impl Fn(u8) -> Option<u16>) {
+        for (b, &n) in counts.iter().enumerate() {
+            if let (Some(k), true) = (key(b as u8), n > 0) {
+                self.hist.add(k, u32::try_from(n).unwrap_or(u32::MAX));
+            }
         }
     }
 
@@ -536,9 +600,33 @@ impl RowOutliers {
     pub(super) fn expert_parts(&mut self) -> Option<Vec<ExpertPart>> {
         let x = self.experts.as_mut()?;
         while x.current < x.experts {
-            x.flush(&self.maxima);
+            x.flush((&self.maxima, &self.ranks));
         }
         Some(std::mem::take(&mut x.parts))
+    }
+
+    /// Each expert's scale part from its byte histogram (`hists[e]`, the
+    /// byte scales' path: [`Self::see_bytes`] keeps only the row maxima);
+    /// `key(b)` is `None` for a bad byte.
+    fn expert_parts_from_bytes(
+        &mut self,
+        hists: &[[u64; 256]],
+        key: impl Fn(u8) -> Option<u16>,
+    ) -> Option<Vec<ExpertPart>> {
+        let x = self.experts.as_mut()?;
+        for (e, counts) in hists.iter().enumerate().take(x.experts) {
+            x.current = e;
+            x.hist.fill(0);
+            for (b, &n) in counts.iter().enumerate() {
+                if let Some(bin) =
+                    key(b as u8).and_then(|k| x.hist.get_mut(usize::from(k) >> x.shift))
+                {
+                    *bin = bin.saturating_add(u32::try_from(n).unwrap_or(u32::MAX));
+                }
+            }
+            x.flush((&self.maxima, &self.ranks));
+        }
+        self.expert_parts()
     }
 
     /// Rows whose largest magnitude exceeds 8× the median; `value` turns a
@@ -557,7 +645,16 @@ impl RowOutliers {
             }
         }
         let limit = 8.0 * median;
-        self.maxima.iter().filter(|&&m| m > limit).count() as u64
+        let ranked = self.ranks.iter().map(|&r| match r {
+            0 => 0.0,
+            r => value(r - 1),
+        });
+        self.maxima
+            .iter()
+            .copied()
+            .chain(ranked)
+            .filter(|&m| m > limit)
+            .count() as u64
     }
 }
 
@@ -566,6 +663,8 @@ pub(super) struct ScalesScan {
     kind: ScaleKind,
     per_expert: u64,
     hists: Vec<[u64; 256]>,
+    /// Bytes past the last expert's scales.
+    beyond: [u64; 256],
     first_bad: Option<u64>,
     rows: RowOutliers,
 }
@@ -578,6 +677,7 @@ impl ScalesScan {
             per_expert: per_expert.max(1),
             // experts is bounded by the module checks.
             hists: vec![[0u64; 256]; experts as usize],
+            beyond: [0; 256],
             first_bad: None,
             rows: RowOutliers::new(groups).per_expert(
                 (experts, per_expert / groups.max(1)),
@@ -599,21 +699,19 @@ impl ScalesScan {
         }
     }
 
+    /// The magnitude key of a good byte: E8M0 bytes and positive E4M3
+    /// bytes order like their values.
+    fn key(kind: ScaleKind, b: u8) -> u16 {
+        u16::from(if kind == ScaleKind::E4m3 { b & 0x7f } else { b })
+    }
+
     /// Feeds the bytes at `pos` (tensor-relative); `start` is the tensor's absolute offset.
     pub(super) fn feed(&mut self, start: u64, mut pos: u64, data: &[u8]) {
-        for &b in data {
-            // E8M0 bytes and positive E4M3 bytes order like their values;
-            // bad bytes (NaN, negative) are left out of the median.
-            if !Self::bad(self.kind, b) {
-                let key = u16::from(if self.kind == ScaleKind::E4m3 {
-                    b & 0x7f
-                } else {
-                    b
-                });
-                self.rows.see(dm::scale_byte(self.kind, b).abs(), key);
-            } else {
-                self.rows.see(f32::NAN, 0);
-            }
+        // E8M0 bytes and positive E4M3 bytes order like their values; bad
+        // bytes (NaN, negative) are left out of the maxima and the median.
+        match self.kind {
+            ScaleKind::E8m0 => self.rows.see_bytes(data, max_rank_e8m0),
+            ScaleKind::E4m3 => self.rows.see_bytes(data, max_rank_e4m3),
         }
         let mut rest = data;
         while !rest.is_empty() {
@@ -621,6 +719,9 @@ impl ScalesScan {
             let left = self.per_expert - pos % self.per_expert;
             let n = usize::try_from(left).map_or(rest.len(), |l| l.min(rest.len()));
             let Some(h) = self.hists.get_mut(expert) else {
+                // Bytes past the last expert (the module checks rule them
+                // out) still count towards the median, as they always did.
+                super::nvfp4::byte_hist(rest, &mut self.beyond);
                 break;
             };
             let (part, tail) = rest.split_at(n);
@@ -679,6 +780,12 @@ impl ScalesScan {
             );
         }
         let kind = self.kind;
+        let mut keys = self.beyond;
+        for (a, b) in keys.iter_mut().zip(&total) {
+            *a += b;
+        }
+        self.rows
+            .add_bytes(&keys, |b| (!Self::bad(kind, b)).then(|| Self::key(kind, b)));
         let mut out = TensorStats {
             scales: Some(dm::summarise_byte_scales(self.kind, &total)),
             row_outliers: Some(self.rows.count(|k| dm::scale_byte(kind, k as u8))),
@@ -692,9 +799,67 @@ impl ScalesScan {
         if self.kind == ScaleKind::E4m3 {
             out.e4m3 = Some(stats::E4m3Stats::from_hists(&self.hists));
         }
-        out.experts = self.rows.expert_parts();
+        out.experts = self.rows.expert_parts_from_bytes(&self.hists, |b| {
+            (!Self::bad(kind, b)).then(|| Self::key(kind, b))
+        });
         out
     }
+}
+
+/// The rank of an F16 or BF16 scale: 1 + its magnitude key when finite
+/// (below `inf`), else 0.
+#[inline(always)]
+fn half_rank(c: [u8; 2], inf: u16) -> u16 {
+    let key = u16::from_le_bytes(c) & 0x7fff;
+    if key < inf { key + 1 } else { 0 }
+}
+
+/// The largest [`half_rank`] of whole halves: 16 lanes, so the loop is
+/// vectorised (a plain fold is not).
+fn max_half_rank(bytes: &[u8], inf: u16) -> u16 {
+    let (blocks, tail) = bytes.as_chunks::<32>();
+    let mut lanes = [0u16; 16];
+    for b in blocks {
+        for (m, c) in lanes.iter_mut().zip(b.as_chunks::<2>().0) {
+            *m = (*m).max(half_rank(*c, inf));
+        }
+    }
+    let tail = tail.as_chunks::<2>().0.iter().map(|&c| half_rank(c, inf));
+    lanes.into_iter().chain(tail).fold(0, u16::max)
+}
+
+/// The largest of `rank` over `bytes`, in 32 lanes (vectorised).
+#[inline(always)]
+fn max_byte_rank(bytes: &[u8], rank: impl Fn(u8) -> u8) -> u8 {
+    let (blocks, tail) = bytes.as_chunks::<32>();
+    let mut lanes = [0u8; 32];
+    for b in blocks {
+        for (m, &x) in lanes.iter_mut().zip(b) {
+            *m = (*m).max(rank(x));
+        }
+    }
+    lanes
+        .into_iter()
+        .chain(tail.iter().map(|&x| rank(x)))
+        .fold(0, u8::max)
+}
+
+/// The largest rank of E8M0 scale bytes: 0 for NaN (0xFF), else 1 + the
+/// byte (which orders like the value).
+fn max_rank_e8m0(bytes: &[u8]) -> u8 {
+    max_byte_rank(bytes, |b| b.wrapping_add(1))
+}
+
+/// The largest rank of E4M3 scale bytes: 0 for NaN (0x7F, 0xFF) and
+/// negative bytes, 1 for -0 (0x80), else 1 + the byte (positive bytes
+/// order like their values).
+fn max_rank_e4m3(bytes: &[u8]) -> u8 {
+    max_byte_rank(
+        bytes,
+        |b| {
+            if b < 0x7f { b + 1 } else { u8::from(b == 0x80) }
+        },
+    )
 }
 
 /// The magnitudes of an affine module's scales (F16, BF16 or F32), beside
@@ -743,8 +908,8 @@ impl AbsRange {
                     let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                     see(v, (v.to_bits() >> 16) as u16);
                 }),
-                DenseDtype::Bf16 => rows.see_halves(whole, 0x7f80, crate::decode::bf16_to_f32),
-                DenseDtype::F16 => rows.see_halves(whole, 0x7c00, crate::decode::f16_to_f32),
+                DenseDtype::Bf16 => rows.see_halves(whole, 0x7f80),
+                DenseDtype::F16 => rows.see_halves(whole, 0x7c00),
             }
         });
     }

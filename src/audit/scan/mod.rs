@@ -9,6 +9,8 @@ mod dense;
 mod expert_tests;
 mod gguf;
 mod mlx;
+#[cfg(test)]
+mod mlx_reference_tests;
 mod nvfp4;
 mod packed;
 #[cfg(test)]
