@@ -438,6 +438,79 @@ fn diff_of_two_mlx_lm_checkpoints_measures_each_changed_module() {
         .find(|t| t["name"] == format!("{scaled}.scales").as_str())
         .unwrap();
     assert_eq!(row["worst_row"]["row"], 5);
+
+    // Scale ratios B / A, from the BF16 scales of both files read here.
+    let bf16 = |b: &[u8]| -> Vec<f64> {
+        b.chunks_exact(2)
+            .map(|c| {
+                f64::from(f32::from_bits(
+                    u32::from(u16::from_le_bytes([c[0], c[1]])) << 16,
+                ))
+            })
+            .collect()
+    };
+    let name = format!("{scaled}.scales");
+    let (sa, sb) = (bf16(&a.bytes_of(&name)), bf16(&b.bytes_of(&name)));
+    let mut ratios: Vec<f64> = sa
+        .iter()
+        .zip(&sb)
+        .filter(|(x, _)| **x != 0.0)
+        .map(|(x, y)| y / x)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let equal = sa
+        .iter()
+        .zip(&sb)
+        .filter(|(x, y)| x.to_bits() == y.to_bits())
+        .count();
+    let scales = &row["scales"];
+    assert_eq!(scales["min_ratio"].as_f64(), Some(ratios[0]), "{row}");
+    assert_eq!(scales["max_ratio"].as_f64(), Some(2.0), "{row}");
+    assert_eq!(
+        scales["median_ratio"].as_f64(),
+        Some(ratios[(ratios.len() - 1) / 2]),
+        "{row}"
+    );
+    assert_eq!(
+        scales["equal_share"].as_f64(),
+        Some(equal as f64 / sa.len() as f64)
+    );
+    assert_eq!(sa.len() - equal, 2, "row 5's two scales changed");
+
+    // Code deltas B − A, unpacked here from both weights as one LSB-first
+    // bit stream of `bits`-bit codes (the module has no override).
+    let config: serde_json::Value =
+        serde_json::from_slice(&fs::read(a.dir.join("config.json")).unwrap()).unwrap();
+    let bits = config["quantization"]["bits"].as_u64().unwrap() as usize;
+    assert!(
+        config["quantization"]
+            .get(coded.trim_end_matches(".weight"))
+            .is_none()
+    );
+    let codes = |b: &[u8]| -> Vec<i64> {
+        (0..b.len() * 8 / bits)
+            .map(|i| {
+                (0..bits)
+                    .map(|k| i64::from((b[(i * bits + k) / 8] >> ((i * bits + k) % 8)) & 1) << k)
+                    .sum()
+            })
+            .collect()
+    };
+    let (ca, cb) = (codes(&a.bytes_of(coded)), codes(&b.bytes_of(coded)));
+    let mut want = std::collections::BTreeMap::<String, u64>::new();
+    for (x, y) in ca.iter().zip(&cb) {
+        *want.entry((y - x).to_string()).or_default() += 1;
+    }
+    let row = changed.iter().find(|t| t["name"] == coded).unwrap();
+    let got: std::collections::BTreeMap<String, u64> =
+        serde_json::from_value(row["codes"]["delta_counts"].clone()).unwrap();
+    assert_eq!(got, want, "{row}");
+    let moved = ca.iter().zip(&cb).filter(|(x, y)| x != y).count();
+    assert!(moved > 0);
+    assert_eq!(
+        row["codes"]["changed_share"].as_f64(),
+        Some(moved as f64 / ca.len() as f64)
+    );
 }
 
 #[test]

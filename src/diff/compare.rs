@@ -19,8 +19,10 @@ pub struct CodeDiff {
     /// Share of codes whose stored value differs, 0..=1.
     pub changed_share: f64,
     /// Number of codes per delta `B − A` (0 included, so the counts sum to
-    /// the number of codes). NVFP4 deltas are in signed E2M1 levels (the
-    /// magnitude bits with the sign bit applied), packed ones in raw codes.
+    /// the number of codes). NVFP4 deltas (and MLX-LM mxfp4/nvfp4 ones)
+    /// are in signed E2M1 levels (the magnitude bits with the sign bit
+    /// applied), packed ones (and MLX-LM affine and mxfp8 ones) in raw
+    /// codes.
     pub delta_counts: BTreeMap<i32, u64>,
 }
 
@@ -304,6 +306,68 @@ fn code_diff(hist: &[u64; 33], changed: u64, total: u64) -> CodeDiff {
     }
 }
 
+/// The code changes of two MLX-LM weights of `cols` codes a row, `bits`
+/// bits each (LSB-first across the row's 32-bit words): deltas `B − A`
+/// in raw codes (−255..=255 for 8-bit codes); `None` when the regions'
+/// lengths disagree or are not whole rows.
+pub fn mlx_codes(bits: u8, cols: usize, a: &[u8], b: &[u8]) -> Option<CodeDiff> {
+    let rb = cols.checked_mul(usize::from(bits))? / 8;
+    if !(1..=8).contains(&bits) || rb == 0 || a.len() != b.len() || !a.len().is_multiple_of(rb) {
+        return None;
+    }
+    // Deltas lie in −(2^bits − 1)..=2^bits − 1; `zero` is delta 0's cell.
+    let zero = (1usize << bits) - 1;
+    let (hist, changed) = a
+        .par_chunks(rb)
+        .zip(b.par_chunks(rb))
+        .fold(
+            || {
+                (
+                    vec![0u64; 2 * zero + 1],
+                    0u64,
+                    vec![0u8; cols],
+                    vec![0u8; cols],
+                )
+            },
+            |(mut h, mut changed, mut ca, mut cb), (ra, rbb)| {
+                // Equal rows are all delta 0, without unpacking them.
+                if ra == rbb {
+                    h[zero] += cols as u64;
+                } else if unpack_row(ra, u32::from(bits), &mut ca).is_ok()
+                    && unpack_row(rbb, u32::from(bits), &mut cb).is_ok()
+                {
+                    for (&x, &y) in ca.iter().zip(&cb) {
+                        h[zero + usize::from(y) - usize::from(x)] += 1;
+                        changed += u64::from(x != y);
+                    }
+                }
+                (h, changed, ca, cb)
+            },
+        )
+        .map(|(h, c, _, _)| (h, c))
+        .reduce(
+            || (vec![0u64; 2 * zero + 1], 0),
+            |(mut h, c), (g, d)| {
+                h.iter_mut().zip(g).for_each(|(x, y)| *x += y);
+                (h, c + d)
+            },
+        );
+    let total = (a.len() / rb) as u64 * cols as u64;
+    let zero = zero as i32;
+    Some(CodeDiff {
+        changed_share: if total == 0 {
+            0.0
+        } else {
+            changed as f64 / total as f64
+        },
+        delta_counts: (0i32..)
+            .zip(&hist)
+            .filter(|&(_, &n)| n > 0)
+            .map(|(i, &n)| (i - zero, n))
+            .collect(),
+    })
+}
+
 /// The code changes of two packed code regions of `rows × cols` codes of
 /// the same grid; `None` when a region is shorter than that.
 pub fn packed_codes(kind: PackedKind, cols: usize, a: &[u8], b: &[u8]) -> Option<CodeDiff> {
@@ -376,19 +440,23 @@ fn add_hist(mut x: [u64; 33], y: [u64; 33]) -> [u64; 33] {
 /// Which element type a scale region holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScaleType {
-    /// Little-endian IEEE half (audio8 packed scales).
+    /// Little-endian IEEE half (audio8 packed scales, MLX-LM affine scales).
     F16,
+    /// Little-endian BF16 (MLX-LM affine scales).
+    Bf16,
     /// E4M3 bytes (NVFP4 group scales).
     E4m3,
-    /// Little-endian f32 (NVFP4 global scales).
+    /// E8M0 bytes (MLX-LM mxfp4 and mxfp8 scales).
+    E8m0,
+    /// Little-endian f32 (NVFP4 global scales, MLX-LM affine scales).
     F32,
 }
 
 impl ScaleType {
     fn size(self) -> usize {
         match self {
-            ScaleType::F16 => 2,
-            ScaleType::E4m3 => 1,
+            ScaleType::F16 | ScaleType::Bf16 => 2,
+            ScaleType::E4m3 | ScaleType::E8m0 => 1,
             ScaleType::F32 => 4,
         }
     }
@@ -396,7 +464,11 @@ impl ScaleType {
     fn value(self, b: &[u8]) -> f64 {
         match (self, b) {
             (ScaleType::F16, &[x, y]) => f64::from(f16_to_f32(u16::from_le_bytes([x, y]))),
+            (ScaleType::Bf16, &[x, y]) => {
+                f64::from(crate::decode::bf16_to_f32(u16::from_le_bytes([x, y])))
+            }
             (ScaleType::E4m3, &[x]) => f64::from(e4m3(x)),
+            (ScaleType::E8m0, &[x]) => f64::from(crate::decode::mlxlm::e8m0(x)),
             (ScaleType::F32, &[w, x, y, z]) => f64::from(f32::from_le_bytes([w, x, y, z])),
             _ => f64::NAN,
         }

@@ -1,9 +1,11 @@
 //! The detail of one changed tensor: what differs and by how much, one row
 //! per tensor, or one per changed expert of a stacked NVFP4 tensor.
 
-use super::compare::{Matrix, ScaleType, fp4_codes, packed_codes, scale_ratios, weight_error};
+use super::compare::{
+    Matrix, ScaleType, fp4_codes, mlx_codes, packed_codes, scale_ratios, weight_error,
+};
 use super::{Side, Status, TensorDiff};
-use crate::format::{Layout, TensorInfo};
+use crate::format::{DenseDtype, Layout, QuantMode, TensorInfo};
 
 fn us(v: u64) -> Option<usize> {
     usize::try_from(v).ok()
@@ -116,6 +118,20 @@ fn mlx_module(a: &Side, b: &Side, i: usize, j: usize, row: &TensorDiff) -> Optio
     if ma.scales != mb.scales || ma.biases != mb.biases || ma.global != mb.global {
         out.differs.push("scales");
     }
+    // Code deltas in E2M1 levels for the 4-bit float modes (as NVFP4's),
+    // in raw codes for affine and mxfp8; scale ratios in the scales' type.
+    out.codes = match ma.mode {
+        QuantMode::Mxfp4 | QuantMode::Nvfp4 => fp4_codes(ma.weight, mb.weight),
+        _ => mlx_codes(ma.bits, ma.cols, ma.weight, mb.weight),
+    };
+    let ty = match ma.scale_dtype {
+        Some(DenseDtype::F16) => ScaleType::F16,
+        Some(DenseDtype::Bf16) => ScaleType::Bf16,
+        Some(DenseDtype::F32) => ScaleType::F32,
+        None if ma.mode == QuantMode::Nvfp4 => ScaleType::E4m3,
+        None => ScaleType::E8m0,
+    };
+    out.scales = scale_ratios(ty, ma.scales, mb.scales);
     if let Some(e) = weight_error(&Matrix::Mlx { module: ma }, &Matrix::Mlx { module: mb }) {
         out.weight_rel_err = e.rel_err;
         out.worst_row = Some(e.worst);

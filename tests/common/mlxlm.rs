@@ -128,6 +128,16 @@ impl Ckpt {
         (serde_json::from_slice(&bytes[8..8 + n]).unwrap(), 8 + n)
     }
 
+    /// A tensor's bytes, read from its shard.
+    pub fn bytes_of(&self, tensor: &str) -> Vec<u8> {
+        let path = self.shard_of(tensor);
+        let bytes = fs::read(&path).unwrap();
+        let (header, data) = Self::header(&path);
+        let o = &header[tensor]["data_offsets"];
+        bytes[data + o[0].as_u64().unwrap() as usize..data + o[1].as_u64().unwrap() as usize]
+            .to_vec()
+    }
+
     /// Edits a shard's header JSON, keeping the data.
     pub fn edit_header(&self, shard: &Path, f: impl FnOnce(&mut Map<String, Value>)) {
         let bytes = fs::read(shard).unwrap();
