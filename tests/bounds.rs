@@ -443,6 +443,60 @@ fn a_hundred_thousand_tensors_over_many_shards() {
     );
 }
 
+/// The same limit over an mlx-nvfp4 artifact's shards (its manifest
+/// lists them, and a weight map names every tensor): five shards of
+/// 25,000 tensors each, the fifth refused by the count and not indexed.
+#[test]
+fn an_nvfp4_artifact_past_the_tensor_limit_over_its_shards() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("nv");
+    shards(&dir, 5, 25_000);
+    // Written as text: a JSON tree of 125,000 entries would grow this
+    // test process, and children forked from it start with its size.
+    let file = |s: u8| format!("model-{:05}-of-00005.safetensors", s + 1);
+    let mut manifest = String::from(
+        r#"{"quantization": {"mode": "nvfp4", "bits": 4, "group_size": 16, "layout": "stacked-global-scale"}, "shards": ["#,
+    );
+    let listed: Vec<String> = (0..5)
+        .map(|s| format!(r#"{{"file": "{}"}}"#, file(s)))
+        .collect();
+    manifest.push_str(&listed.join(", "));
+    manifest.push_str(r#"], "weight_map": {"#);
+    for s in 0..5u8 {
+        for i in 0..25_000 {
+            if s + u8::from(i > 0) > 0 {
+                manifest.push_str(", ");
+            }
+            manifest.push_str(&format!(r#""{}{i}": "{}""#, char::from(b'a' + s), file(s)));
+        }
+    }
+    manifest.push_str("}}");
+    fs::write(dir.join("manifest.json"), manifest).unwrap();
+    let (code, text, rss) = audit_text_measured(&dir, &[]);
+    assert_eq!(code, 1, "{}", &text[..text.len().min(2000)]);
+    assert!(
+        text.contains("[shard.header] model-00005-of-00005.safetensors and the 0 shards after it are not indexed")
+            && text.contains("more than 100000 tensors in all (100000 before it)"),
+        "{}",
+        &text[..text.len().min(4000)]
+    );
+    // Their U8 tensors: 100 named, the rest counted in one warning.
+    assert_eq!(text.matches("not a float dtype").count(), 100);
+    assert!(
+        text.contains("99900 more tensors outside the experts are not BF16"),
+        "{}",
+        &text[..text.len().min(4000)]
+    );
+    // The first four shards' tensors are listed and their weight-map
+    // entries found; the fifth's entries are not reported one by one.
+    assert!(
+        !text.contains("but no shard holds it"),
+        "{}",
+        &text[..text.len().min(4000)]
+    );
+    assert!(rss < RSS_BOUND, "peak RSS {} MiB", rss / MIB);
+}
+
 /// `audit` (text, or `extra` flags) on `target`: exit code, stdout and the peak RSS.
 // The child is reaped by `wait4` below, which clippy does not see.
 #[allow(clippy::zombie_processes)]

@@ -125,7 +125,7 @@ checks! {
     NVFP4_LAYOUT = "nvfp4.layout": "quantization is mode nvfp4, bits 4, group_size 16, layout stacked-global-scale (the old absolute-scale artifact is ~5% off and must be regenerated)";
     NVFP4_MANIFEST = "nvfp4.manifest": "shards is a non-empty list of {file} objects and weight_map an object of tensor name to shard file";
     SHARD_NAME = "shard.name": "every shard file name is a bare name inside the folder (no '/', no '..', not absolute) and listed once";
-    SHARD_HEADER = "shard.header": "a shard's header length is at most 100 MB and less than the file, it lists at most 32,768 entries, and its JSON lists tensors with known dtypes, shapes and data_offsets";
+    SHARD_HEADER = "shard.header": "a shard's header length is at most 100 MB and less than the file, it lists at most 32,768 entries (and all shards together at most 100,000 tensors), and its JSON lists tensors with known dtypes, shapes and data_offsets";
     SHARD_OFFSETS = "shard.offsets": "a shard's data_offsets are in bounds, contiguous, non-overlapping and cover the data with no gap, each span equal to prod(shape) * itemsize";
     WEIGHT_MAP = "nvfp4.weight_map": "every weight_map entry names a listed shard that holds that tensor, and every tensor in the shards is in weight_map";
     EXPERT_SET = "nvfp4.experts": "each MoE layer has gate_up_proj and down_proj weight (U32 [E,out,in/8]), scales (U8 [E,out,in/16]) and global_scale (F32 [E]) with one E per layer";

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use serde_json::{Map, Value};
 
+use super::mlxlm::MAX_TOTAL_TENSORS;
 use super::payload::map_file;
 use super::safetensors::{StTensor, parse_header};
 use super::{
@@ -19,6 +20,8 @@ use crate::finding::checks as c;
 
 /// The one layout bundlescope audits.
 pub const LAYOUT: &str = "stacked-global-scale";
+/// Tensors a dtype warning names one by one; the rest are counted.
+const DTYPE_NAMED: usize = 100;
 /// Most experts per layer bundlescope accepts (real artifacts have 128).
 pub const MAX_EXPERTS: u64 = 1024;
 
@@ -39,6 +42,11 @@ pub fn parse(
     // tensor name -> shard names that hold it
     let mut holders: HashMap<String, Vec<usize>> = HashMap::new();
     let mut parsed = Vec::new();
+    // Set once a shard would take the tensors past the limit over all
+    // shards (each shard is within the per-file limit): it and the shards
+    // after it are not indexed, so thousands of full shards stay within
+    // the memory bound.
+    let mut over_limit = false;
     for (i, s) in shards.iter().enumerate() {
         let path = dir.join(&s.file);
         files.push(PayloadFile {
@@ -47,12 +55,33 @@ pub fn parse(
             expected_bytes: s.bytes,
             expected_sha256: s.sha256.clone(),
         });
+        if over_limit {
+            parsed.push(false);
+            continue;
+        }
         // Type-checked before it is opened, so a FIFO cannot block here;
         // only the header pages of the map are read.
         let header = map_file(&s.file, &path)
             .ok()
             .map(|map| parse_header(&s.file, &map));
         match header {
+            Some(Ok(h)) if tensors.len() + h.tensors.len() > MAX_TOTAL_TENSORS => {
+                findings.push(
+                    Finding::error(
+                        c::SHARD_HEADER,
+                        format!(
+                            "{} and the {} shards after it are not indexed: its {} tensors would make the artifact list more than {MAX_TOTAL_TENSORS} tensors in all ({} before it), the most bundlescope audits",
+                            s.file,
+                            shards.len() - i - 1,
+                            h.tensors.len(),
+                            tensors.len()
+                        ),
+                    )
+                    .field(s.file.clone()),
+                );
+                parsed.push(false);
+                over_limit = true;
+            }
             Some(Ok(h)) => {
                 for t in &h.tensors {
                     holders.entry(t.name.clone()).or_default().push(i);
@@ -72,6 +101,21 @@ pub fn parse(
     }
     check_weight_map(&weight_map, &shards, &parsed, &holders, &mut findings);
     expert_sets(&mut tensors, &mut findings);
+    // The dtype warnings name at most DTYPE_NAMED tensors, then count the
+    // rest in one finding: an artifact of 100,000 integer tensors would
+    // otherwise carry 100,000 warnings past the memory bound.
+    let dtype_findings = findings.len();
+    let (mut more, mut first) = (0usize, Vec::new());
+    let mut warn = |findings: &mut Vec<Finding>, t: &str, msg: String| {
+        if findings.len() - dtype_findings < DTYPE_NAMED {
+            findings.push(Finding::warning(c::NVFP4_DTYPE, msg).tensor(t));
+        } else {
+            if more < 3 {
+                first.push(t.to_string());
+            }
+            more += 1;
+        }
+    };
     for t in tensors.iter_mut().filter(|t| is_expert(&t.name).is_none()) {
         if t.layout.is_none()
             && t.precision == Precision::Original
@@ -82,31 +126,33 @@ pub fn parse(
                 count: t.parameters().unwrap_or(0),
             });
             if dtype != DenseDtype::Bf16 {
-                findings.push(
-                    Finding::warning(
-                        c::NVFP4_DTYPE,
-                        format!(
-                            "{} is {}; outside the experts the artifact's tensors are BF16",
-                            t.name,
-                            dtype.as_str()
-                        ),
-                    )
-                    .tensor(&t.name),
+                let msg = format!(
+                    "{} is {}; outside the experts the artifact's tensors are BF16",
+                    t.name,
+                    dtype.as_str()
                 );
+                warn(&mut findings, &t.name, msg);
             }
         } else if t.layout.is_none() && t.precision == Precision::Original {
-            findings.push(
-                Finding::warning(
-                    c::NVFP4_DTYPE,
-                    format!(
-                        "{} is {}, not a float dtype; its values are not checked",
-                        t.name,
-                        t.source_dtype.as_deref().unwrap_or("?")
-                    ),
-                )
-                .tensor(&t.name),
+            let msg = format!(
+                "{} is {}, not a float dtype; its values are not checked",
+                t.name,
+                t.source_dtype.as_deref().unwrap_or("?")
             );
+            warn(&mut findings, &t.name, msg);
         }
+    }
+    if more > 0 {
+        findings.push(
+            Finding::warning(
+                c::NVFP4_DTYPE,
+                format!(
+                    "{more} more tensors outside the experts are not BF16 (the first: {}); only the first {DTYPE_NAMED} are named",
+                    first.join(", ")
+                ),
+            )
+            .field("dtype"),
+        );
     }
     tensors.sort_by(|a, b| super::natural_cmp(&a.name, &b.name));
     let provenance = Provenance {
