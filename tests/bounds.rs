@@ -164,6 +164,7 @@ fn gguf_kv(key: &str, value: &[u8]) -> Vec<u8> {
 
 #[test]
 fn safetensors_header_claiming_2_pow_62_bytes() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let mut f = (1u64 << 62).to_le_bytes().to_vec();
     f.extend_from_slice(b"{}      ");
@@ -173,6 +174,7 @@ fn safetensors_header_claiming_2_pow_62_bytes() {
 
 #[test]
 fn safetensors_tensor_claiming_2_pow_62_bytes() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let h = format!(
         "{{\"a\":{{\"dtype\":\"U8\",\"shape\":[{0}],\"data_offsets\":[0,{0}]}}}}",
@@ -187,6 +189,7 @@ fn safetensors_tensor_claiming_2_pow_62_bytes() {
 
 #[test]
 fn gguf_claiming_2_pow_40_tensors() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let mut f = b"GGUF".to_vec();
     f.extend_from_slice(&3u32.to_le_bytes());
@@ -200,6 +203,7 @@ fn gguf_claiming_2_pow_40_tensors() {
 
 #[test]
 fn gguf_string_claiming_2_pow_60_bytes() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let mut v = 8u32.to_le_bytes().to_vec(); // string
     v.extend_from_slice(&(1u64 << 60).to_le_bytes());
@@ -211,6 +215,7 @@ fn gguf_string_claiming_2_pow_60_bytes() {
 
 #[test]
 fn gguf_array_items_are_bounded() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     // 5 M one-byte items: the file holds them, the reader refuses them.
     let n = 5_000_000u64;
@@ -225,6 +230,7 @@ fn gguf_array_items_are_bounded() {
 
 #[test]
 fn a_million_tiny_tensors_are_refused_from_the_count() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     fs::write(
         tmp.path().join("model.safetensors"),
@@ -240,6 +246,7 @@ fn a_million_tiny_tensors_are_refused_from_the_count() {
 /// At the limits the audit runs to a valid verdict, still under the bound.
 #[test]
 fn files_at_the_limits_audit_within_the_memory_bound() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let st = tmp.path().join("st");
     fs::create_dir(&st).unwrap();
@@ -277,6 +284,7 @@ fn files_at_the_limits_audit_within_the_memory_bound() {
 
 #[test]
 fn every_sample_audits_within_the_memory_bound() {
+    let _one = one_at_a_time();
     for s in bundles::all() {
         let m = audit_measured(&s.target);
         assert_eq!(m.code, 0, "{}", s.name);
@@ -288,6 +296,7 @@ fn every_sample_audits_within_the_memory_bound() {
 /// by the parser's depth limit with a finding, never a stack overflow.
 #[test]
 fn deep_json_nesting_is_a_finding() {
+    let _one = one_at_a_time();
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
     let tmp = tempfile::tempdir().unwrap();
     let a8 = tmp.path().join("a8");
@@ -326,6 +335,7 @@ fn deep_json_nesting_is_a_finding() {
 /// count before any tree is built, within the memory bound.
 #[test]
 fn json_of_tiny_values_near_the_cap_is_refused_from_its_count() {
+    let _one = one_at_a_time();
     let tiny = format!("[{}0]", "0,".repeat(30_000_000));
     let tmp = tempfile::tempdir().unwrap();
     let a8 = tmp.path().join("a8");
@@ -356,6 +366,7 @@ fn json_of_tiny_values_near_the_cap_is_refused_from_its_count() {
 /// by its length (the read stops at the cap), with a message naming it.
 #[test]
 fn config_and_index_over_their_size_cap() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     fs::write(tmp.path().join("model.safetensors"), safetensors_file(1, 2)).unwrap();
     for name in ["config.json", "model.safetensors.index.json"] {
@@ -406,6 +417,7 @@ fn shards(dir: &Path, shards: usize, per: usize) {
 /// starts with its size (ru_maxrss counts from the fork).
 #[test]
 fn a_hundred_thousand_tensors_over_many_shards() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let four = tmp.path().join("four");
     shards(&four, 4, 25_000);
@@ -448,6 +460,7 @@ fn a_hundred_thousand_tensors_over_many_shards() {
 /// 25,000 tensors each, the fifth refused by the count and not indexed.
 #[test]
 fn an_nvfp4_artifact_past_the_tensor_limit_over_its_shards() {
+    let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("nv");
     shards(&dir, 5, 25_000);
@@ -495,6 +508,16 @@ fn an_nvfp4_artifact_past_the_tensor_limit_over_its_shards() {
         &text[..text.len().min(4000)]
     );
     assert!(rss < RSS_BOUND, "peak RSS {} MiB", rss / MIB);
+}
+
+/// These tests run one at a time: a child's peak RSS counts the test
+/// process's own size at the spawn (the exec inherits its high-water
+/// mark), so tests building large inputs beside each other would be
+/// measured in each other's children.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// `audit` (text, or `extra` flags) on `target`: exit code, stdout and the peak RSS.

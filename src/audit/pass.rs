@@ -688,20 +688,19 @@ fn feed_scanners(
             active.push(s);
         }
     }
-    let mut k = 0;
-    while k < active.len() {
-        let s = &mut active[k];
+    // Finished scanners leave in one sweep that keeps the others' order
+    // (removing each on its own shifted the rest: a chunk holding 32,768
+    // tiny tensors moved gigabytes).
+    let finished = active.extract_if(.., |s| {
         let from = s.start.max(a).max(s.end - s.remaining());
         let to = s.end.min(b);
         if from < to {
             s.feed(&data[(from - a) as usize..(to - a) as usize]);
         }
-        if s.remaining() == 0 {
-            let s = active.remove(k);
-            finish_tensor(bundle, s, emit);
-        } else {
-            k += 1;
-        }
+        s.remaining() == 0
+    });
+    for s in finished {
+        finish_tensor(bundle, s, emit);
     }
 }
 

@@ -543,9 +543,15 @@ fn check_offsets(file: &str, header: &mut Header, data_len: u64, findings: &mut 
             .offset(cursor),
         );
     }
-    for i in broken.into_iter().rev() {
-        header.tensors.remove(i);
-    }
+    // One sweep: removing them one by one shifts the good entries after
+    // each (quadratic when broken and good entries alternate).
+    let mut broken = broken.into_iter().peekable();
+    let mut i = 0;
+    header.tensors.retain(|_| {
+        let keep = broken.next_if_eq(&i).is_none();
+        i += 1;
+        keep
+    });
 }
 
 /// A tensor to write.
