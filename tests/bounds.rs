@@ -282,6 +282,34 @@ fn files_at_the_limits_audit_within_the_memory_bound() {
     }
 }
 
+/// A checkpoint of 768 MiB (two shards of random valid codes) audits
+/// within the bound: nothing after the pass maps the payload whole (the
+/// duplicate search's samples once brought about half of every shard into
+/// the process through the map, 1.3 GB for 2 GiB).
+#[test]
+fn a_large_checkpoint_audits_within_the_memory_bound() {
+    let _one = one_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("big");
+    let out = Command::new(common::bin())
+        .args(["sample", "--format", "mlx-lm", "--size-mib", "768"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = audit_measured(&dir);
+    assert_eq!(m.code, 0, "{:#}", m.report["findings"]);
+    assert!(
+        m.max_rss < RSS_BOUND,
+        "768 MiB checkpoint: peak RSS {} MiB",
+        m.max_rss / MIB
+    );
+}
+
 #[test]
 fn every_sample_audits_within_the_memory_bound() {
     let _one = one_at_a_time();

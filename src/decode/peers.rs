@@ -458,39 +458,85 @@ fn twin_order(inputs: &[PeerInput], out: &mut [PeerVerdict]) {
     }
 }
 
+/// Bytes sampled from each tensor for [`duplicates_sampled`].
+pub const SAMPLE: usize = 4096;
+
+/// The three `[start, end)` ranges of a tensor of `n` bytes sampled for
+/// the duplicate search: its first, middle and last [`SAMPLE`] bytes
+/// (overlapping or fewer when the tensor is short).
+pub fn sample_ranges(n: usize) -> [(usize, usize); 3] {
+    let mid = n / 2;
+    [
+        (0, SAMPLE.min(n)),
+        (mid.saturating_sub(SAMPLE / 2), (mid + SAMPLE / 2).min(n)),
+        (n.saturating_sub(SAMPLE), n),
+    ]
+}
+
 /// Byte-identical tensors: for each index, the first earlier tensor with
 /// the same bytes. Cheap when there are none: tensors are compared only
 /// when their lengths and three 4 KiB samples agree, and a tensor whose
 /// sampled bytes are all one value (a constant norm, zero padding) is no
 /// evidence of a copy and is skipped.
 pub fn duplicates(tensors: &[(usize, &[u8])]) -> Vec<(usize, usize)> {
-    const SAMPLE: usize = 4096;
-    let sample = |b: &[u8]| -> Vec<u8> {
-        let n = b.len();
-        let mid = n / 2;
-        let mut s = Vec::with_capacity(3 * SAMPLE);
-        s.extend_from_slice(&b[..SAMPLE.min(n)]);
-        s.extend_from_slice(&b[mid.saturating_sub(SAMPLE / 2)..(mid + SAMPLE / 2).min(n)]);
-        s.extend_from_slice(&b[n.saturating_sub(SAMPLE)..]);
-        s
-    };
-    // (length, samples) → the tensors seen with them.
-    type Seen<'a> = BTreeMap<(usize, Vec<u8>), Vec<(usize, &'a [u8])>>;
+    let list: Vec<(usize, usize)> = tensors.iter().map(|&(i, b)| (i, b.len())).collect();
+    let bytes: std::collections::HashMap<usize, &[u8]> = tensors.iter().copied().collect();
+    let by_index = |i: usize| bytes.get(&i).copied();
+    duplicates_sampled(
+        &list,
+        |i, n| {
+            let b = by_index(i)?;
+            let mut s = Vec::with_capacity(3 * SAMPLE);
+            for (x, y) in sample_ranges(n) {
+                s.extend_from_slice(b.get(x..y)?);
+            }
+            Some(s)
+        },
+        by_index,
+    )
+}
+
+/// [`duplicates`] over `(index, length)` pairs, the samples read by
+/// `sample(index, length)` (the concatenated [`sample_ranges`]) and the
+/// whole bytes by `whole(index)` only for tensors whose samples agree: the
+/// audit reads the samples with positioned reads, so a checkpoint with no
+/// duplicates maps none of its payload.
+pub fn duplicates_sampled<'a>(
+    tensors: &[(usize, usize)],
+    sample: impl Fn(usize, usize) -> Option<Vec<u8>>,
+    whole: impl Fn(usize) -> Option<&'a [u8]>,
+) -> Vec<(usize, usize)> {
+    // (length, samples) → the tensors seen with them (their bytes once read).
+    type Seen<'a> = BTreeMap<(usize, Vec<u8>), Vec<(usize, Option<&'a [u8]>)>>;
     let mut seen: Seen = BTreeMap::new();
     let mut out = Vec::new();
-    for &(i, b) in tensors {
-        if b.len() < 256 {
+    for &(i, n) in tensors {
+        if n < 256 {
             continue;
         }
-        let s = sample(b);
+        let Some(s) = sample(i, n) else { continue };
         if s.windows(2).all(|w| w[0] == w[1]) {
             continue;
         }
-        let list = seen.entry((b.len(), s)).or_default();
-        if let Some(&(j, _)) = list.iter().find(|(_, other)| *other == b) {
-            out.push((i, j));
-        } else {
-            list.push((i, b));
+        let list = seen.entry((n, s)).or_default();
+        if list.is_empty() {
+            list.push((i, None));
+            continue;
+        }
+        let Some(b) = whole(i) else { continue };
+        let mut twin = None;
+        for (j, other) in list.iter_mut() {
+            if other.is_none() {
+                *other = whole(*j);
+            }
+            if *other == Some(b) {
+                twin = Some(*j);
+                break;
+            }
+        }
+        match twin {
+            Some(j) => out.push((i, j)),
+            None => list.push((i, Some(b))),
         }
     }
     out
