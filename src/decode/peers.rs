@@ -506,8 +506,11 @@ pub fn duplicates_sampled<'a>(
     sample: impl Fn(usize, usize) -> Option<Vec<u8>>,
     whole: impl Fn(usize) -> Option<&'a [u8]>,
 ) -> Vec<(usize, usize)> {
-    // (length, samples) → the tensors seen with them (their bytes once read).
-    type Seen<'a> = BTreeMap<(usize, Vec<u8>), Vec<(usize, Option<&'a [u8]>)>>;
+    // (length, the samples' digest) → the tensors seen with them (their
+    // bytes once read). A digest, not the samples: 20,000 small tensors
+    // would otherwise keep 12 KiB each (240 MB); a collision only costs a
+    // comparison of the whole bytes, which decides.
+    type Seen<'a> = BTreeMap<(usize, u64), Vec<(usize, Option<&'a [u8]>)>>;
     let mut seen: Seen = BTreeMap::new();
     let mut out = Vec::new();
     for &(i, n) in tensors {
@@ -518,7 +521,9 @@ pub fn duplicates_sampled<'a>(
         if s.windows(2).all(|w| w[0] == w[1]) {
             continue;
         }
-        let list = seen.entry((n, s)).or_default();
+        let mut d = super::experts::Digest::default();
+        d.feed(&s);
+        let list = seen.entry((n, d.finish())).or_default();
         if list.is_empty() {
             list.push((i, None));
             continue;

@@ -358,8 +358,10 @@ struct ExpertKeys {
     /// counted as zero groups).
     zero_bin: bool,
     value: fn(u16) -> f32,
-    /// The expert being counted, and its histogram.
+    /// The expert being counted, and its histogram (of `bins` cells, empty
+    /// until the first scale is counted).
     current: usize,
+    bins: usize,
     hist: Vec<u32>,
     parts: Vec<ExpertPart>,
 }
@@ -411,7 +413,14 @@ impl ExpertKeys {
         while self.current < e && self.current < self.experts {
             self.flush(done);
         }
-        (self.current == e && e < self.experts).then_some(&mut self.hist)
+        if self.current == e && e < self.experts {
+            if self.hist.is_empty() {
+                self.hist = vec![0; self.bins];
+            }
+            Some(&mut self.hist)
+        } else {
+            None
+        }
     }
 }
 
@@ -451,7 +460,11 @@ impl RowOutliers {
                 zero_bin,
                 value,
                 current: 0,
-                hist: vec![0; 1 << (key_bits - shift)],
+                bins: 1 << (key_bits - shift),
+                // Allocated at the first scale: a checkpoint of thousands
+                // of stacked tensors has a scanner for each before any is
+                // fed (128 KiB zeroed each for 15-bit keys).
+                hist: Vec::new(),
                 parts: Vec::new(),
             });
         }
@@ -616,7 +629,8 @@ impl RowOutliers {
         let x = self.experts.as_mut()?;
         for (e, counts) in hists.iter().enumerate().take(x.experts) {
             x.current = e;
-            x.hist.fill(0);
+            x.hist.clear();
+            x.hist.resize(x.bins, 0);
             for (b, &n) in counts.iter().enumerate() {
                 if let Some(bin) =
                     key(b as u8).and_then(|k| x.hist.get_mut(usize::from(k) >> x.shift))
