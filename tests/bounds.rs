@@ -292,16 +292,7 @@ fn a_large_checkpoint_audits_within_the_memory_bound() {
     let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("big");
-    let out = Command::new(common::bin())
-        .args(["sample", "--format", "mlx-lm", "--size-mib", "768"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    sample(&dir, &["--format", "mlx-lm", "--size-mib", "768"]);
     // The text output: the JSON report, parsed here, would grow this
     // process (see `one_at_a_time`).
     let (code, text, rss) = audit_text_measured(&dir, &[]);
@@ -317,30 +308,16 @@ fn a_large_checkpoint_audits_within_the_memory_bound() {
 /// each stacked scales tensor's per-expert histogram is made at its first
 /// scale, not when its scanner is (128 KiB zeroed for each of thousands of
 /// scanners made at once), and the duplicate search keys tensors by a
-/// digest of their samples, not the 12 KiB of samples: 546 MiB before,
+/// digest of their samples, not the 12 KiB of samples: 532 MiB before,
 /// about 165 MiB now.
 #[test]
 fn twenty_thousand_small_tensors_audit_within_the_memory_bound() {
     let _one = one_at_a_time();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("many");
-    let out = Command::new(common::bin())
-        .args([
-            "sample",
-            "--format",
-            "mlx-lm",
-            "--layers",
-            "833",
-            "--experts",
-            "2",
-        ])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    sample(
+        &dir,
+        &["--format", "mlx-lm", "--layers", "833", "--experts", "2"],
     );
     let (code, text, rss) = audit_text_measured(&dir, &[]);
     assert_eq!(code, 0, "{text}");
@@ -596,6 +573,21 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 /// test's inputs, freed since, are not counted in the child's peak.
 fn reset_peak() {
     let _ = fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Writes `bundlescope sample DIR ARGS…`.
+fn sample(dir: &Path, args: &[&str]) {
+    let out = Command::new(common::bin())
+        .arg("sample")
+        .args(args)
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `audit` (text, or `extra` flags) on `target`: exit code, stdout and the peak RSS.

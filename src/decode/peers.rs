@@ -143,24 +143,9 @@ pub fn features(stats: &TensorStats, rows: u64) -> Features {
             f[7] = Some(q.zero_groups as f64 / q.groups as f64);
         }
     }
-    if let Some(c) = &stats.codes {
-        let (mut n, mut sum, mut sq) = (0f64, 0f64, 0f64);
-        for (code, &k) in c
-            .counts
-            .iter()
-            .enumerate()
-            .take(usize::from(c.max_code) + 1)
-        {
-            let l = code as f64 - f64::from(c.zero);
-            n += k as f64;
-            sum += l * k as f64;
-            sq += l * l * k as f64;
-        }
-        if n > 0.0 {
-            let mean = sum / n;
-            f[5] = Some(mean);
-            f[6] = Some((sq / n - mean * mean).max(0.0).sqrt());
-        }
+    if let Some((mean, spread)) = stats.codes.as_ref().and_then(super::experts::levels) {
+        f[5] = Some(mean);
+        f[6] = Some(spread);
     }
     f
 }
