@@ -265,6 +265,9 @@ fn files_at_the_limits_audit_within_the_memory_bound() {
     }
     let strings = tmp.path().join("s.gguf");
     fs::write(&strings, gguf_kv("tokenizer.ggml.tokens", &v)).unwrap();
+    // Dropped before the audits: a measured child counts this process's
+    // size at its spawn.
+    drop(v);
     for target in [st, gguf, strings] {
         let m = audit_measured(&target);
         assert_eq!(
@@ -383,28 +386,32 @@ fn deep_json_nesting_is_a_finding() {
 #[test]
 fn json_of_tiny_values_near_the_cap_is_refused_from_its_count() {
     let _one = one_at_a_time();
-    let tiny = format!("[{}0]", "0,".repeat(30_000_000));
     let tmp = tempfile::tempdir().unwrap();
-    let a8 = tmp.path().join("a8");
-    fs::create_dir(&a8).unwrap();
-    fs::write(a8.join("manifest.json"), &tiny).unwrap();
+    let (a8, ml, st) = (
+        tmp.path().join("a8"),
+        tmp.path().join("ml"),
+        tmp.path().join("st"),
+    );
+    // Every file written, and the text dropped, before the first audit:
+    // a measured child counts this process's size at its spawn.
+    {
+        let tiny = format!("[{}0]", "0,".repeat(30_000_000));
+        fs::create_dir(&a8).unwrap();
+        fs::write(a8.join("manifest.json"), &tiny).unwrap();
+        fs::create_dir(&ml).unwrap();
+        fs::write(ml.join("config.json"), &tiny).unwrap();
+        fs::write(ml.join("model.safetensors.index.json"), &tiny).unwrap();
+        fs::write(ml.join("model.safetensors"), safetensors_file(1, 2)).unwrap();
+        fs::create_dir(&st).unwrap();
+        let mut h = tiny.into_bytes();
+        h.resize(h.len().next_multiple_of(8), b' ');
+        let mut f = (h.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(&h);
+        fs::write(st.join("model.safetensors"), f).unwrap();
+    }
     refused(&a8, "manifest.parse", "JSON values, over the limit");
-
-    let ml = tmp.path().join("ml");
-    fs::create_dir(&ml).unwrap();
-    fs::write(ml.join("config.json"), &tiny).unwrap();
-    fs::write(ml.join("model.safetensors.index.json"), &tiny).unwrap();
-    fs::write(ml.join("model.safetensors"), safetensors_file(1, 2)).unwrap();
     refused(&ml, "mlxlm.config", "JSON values, over the limit");
     refused(&ml, "mlxlm.index", "JSON values, over the limit");
-
-    let st = tmp.path().join("st");
-    fs::create_dir(&st).unwrap();
-    let mut h = tiny.into_bytes();
-    h.resize(h.len().next_multiple_of(8), b' ');
-    let mut f = (h.len() as u64).to_le_bytes().to_vec();
-    f.extend_from_slice(&h);
-    fs::write(st.join("model.safetensors"), f).unwrap();
     // The header's entry count (32,768) stops this one first.
     refused(&st, "shard.header", "model.safetensors: header");
 }
