@@ -140,9 +140,10 @@ impl Session {
                 self.tensor_findings = vec![(0, 0); b.tensors.len()];
                 self.tensor_done = vec![false; b.tensors.len()];
                 self.by_name = None;
-                let mut p: Vec<&str> = b.tensors.iter().map(|t| t.precision.as_str()).collect();
-                p.sort_unstable();
-                p.dedup();
+                // A handful of distinct precisions among thousands of
+                // tensors: a set, not a sort of every name.
+                let p: std::collections::BTreeSet<&str> =
+                    b.tensors.iter().map(|t| t.precision.as_str()).collect();
                 self.precisions = p.into_iter().map(str::to_string).collect();
                 let mut bits: Vec<u8> = b
                     .tensors

@@ -8,7 +8,7 @@ use egui::{Id, RichText};
 use egui_extras::{Column, TableBuilder};
 
 use super::{Command, Commands, RowStatus, Session};
-use crate::format::{Bundle, TensorInfo, natural_cmp};
+use crate::format::{Bundle, TensorInfo, natural_cmp, small_get};
 use crate::report::human_bytes;
 use crate::util::text::{SHOWN_CHARS, shown};
 
@@ -149,13 +149,12 @@ pub struct QuantParams {
 
 /// The quantization of tensor `t`'s module, when it belongs to one.
 pub fn quant_params(t: &TensorInfo) -> Option<QuantParams> {
-    let q = t.record.get("quantization")?;
+    let q = t.quantization()?;
     Some(QuantParams {
-        bits: u8::try_from(q.get("bits")?.as_u64()?).ok()?,
-        group: q.get("group_size")?.as_u64()?,
-        mode: q.get("mode")?.as_str()?.to_string(),
-        entry: q
-            .get("from")
+        bits: u8::try_from(small_get(q, "bits")?.as_u64()?).ok()?,
+        group: small_get(q, "group_size")?.as_u64()?,
+        mode: small_get(q, "mode")?.as_str()?.to_string(),
+        entry: small_get(q, "from")
             .and_then(|f| f.as_str())
             .is_some_and(|f| f.starts_with("its entry")),
     })
@@ -164,8 +163,7 @@ pub fn quant_params(t: &TensorInfo) -> Option<QuantParams> {
 /// The bit width of tensor `t`'s module alone (no allocation: the index's
 /// first frame asks it of every tensor).
 pub fn quant_bits(t: &TensorInfo) -> Option<u8> {
-    let q = t.record.get("quantization")?;
-    u8::try_from(q.get("bits")?.as_u64()?).ok()
+    u8::try_from(small_get(t.quantization()?, "bits")?.as_u64()?).ok()
 }
 
 /// The bits cell: `4b g64`, `mxfp4 g32`, with `*` when a per-module entry

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 pub use model::{
     Bundle, DenseDtype, FormatKind, Layout, PackedKind, PayloadFile, Precision, Provenance,
-    QuantMode, ScaleKind, TensorInfo,
+    QuantMode, ScaleKind, TensorInfo, small_get,
 };
 pub use payload::{ExpertSiblings, Payload, PayloadError, is_bare_name};
 

@@ -494,7 +494,24 @@ pub struct TensorInfo {
     pub record: serde_json::Value,
 }
 
+/// `key` of a JSON object: records and their notes hold a handful of keys,
+/// so they are scanned in order (hashing the key cost more, and the index's
+/// first frame asks every tensor's record).
+pub fn small_get<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
+    let o = v.as_object()?;
+    if o.len() <= 8 {
+        o.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
+    } else {
+        o.get(key)
+    }
+}
+
 impl TensorInfo {
+    /// The `quantization` note of an MLX-LM module's tensors, if any.
+    pub fn quantization(&self) -> Option<&serde_json::Value> {
+        small_get(&self.record, "quantization")
+    }
+
     /// Number of parameters (product of the shape), if the shape is known and fits.
     pub fn parameters(&self) -> Option<u64> {
         let shape = self.shape.as_ref()?;

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::decode::stats::TensorStats;
-use crate::format::{Bundle, Layout, QuantMode, TensorInfo};
+use crate::format::{Bundle, Layout, QuantMode, TensorInfo, small_get};
 
 /// `max / min` of a scales tensor's scales: the E8M0/E4M3 summary of a
 /// float mode, the nonzero magnitudes of affine scales (which take either
@@ -107,8 +107,8 @@ pub(super) fn counted_as(info: &TensorInfo) -> Option<&'static str> {
     if matches!(info.precision, crate::format::Precision::Mlx(..)) {
         return None;
     }
-    let q = info.record.get("quantization")?;
-    let mode = QuantMode::parse(q.get("mode")?.as_str()?)?;
-    let bits = u8::try_from(q.get("bits")?.as_u64()?).ok()?;
+    let q = info.quantization()?;
+    let mode = QuantMode::parse(small_get(q, "mode")?.as_str()?)?;
+    let bits = u8::try_from(small_get(q, "bits")?.as_u64()?).ok()?;
     Some(mode.label(bits))
 }

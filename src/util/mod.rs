@@ -4,6 +4,7 @@
 
 pub mod cancel;
 pub mod paths;
+pub mod priority;
 pub mod rng;
 pub mod text;
 
