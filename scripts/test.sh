@@ -38,6 +38,9 @@ echo "== cargo clippy --all-targets (warnings are errors)"
 # shellcheck disable=SC2086 # CARGO_FEATURES is a list of flags
 cargo clippy --profile ci $CARGO_FEATURES --all-targets -- -D warnings
 
+echo "== the headless build (no app, no MLX: a CI server's CLI) compiles, warnings are errors"
+cargo clippy --profile ci --no-default-features --lib --bins -- -D warnings
+
 echo "== cargo test"
 [ "$MLX_OK" = 1 ] || echo "== $MLX_WHY: testing without the mlx feature (no spot-check tests)"
 # shellcheck disable=SC2086

@@ -11,7 +11,7 @@ use bundlescope::util::text::{SHOWN_CHARS, shown};
 use super::common::progress_bar;
 
 /// Arguments of `audit`.
-#[derive(clap::Args)]
+#[derive(clap::Args, Default)]
 pub struct Args {
     /// Bundle folder (or its manifest.json).
     pub dir: PathBuf,

@@ -240,9 +240,6 @@ fn open_demo_or_dir(dir: Option<PathBuf>, demo: bool, overlay: bool) -> anyhow::
     };
     audit::run(audit::Args {
         dir,
-        json: false,
-        markdown: false,
-        range_hashes: false,
-        parent: None,
+        ..audit::Args::default()
     })
 }
