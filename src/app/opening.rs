@@ -257,10 +257,16 @@ impl App {
                 }
                 Poll::Msg(AuditMsg::Event(e)) => {
                     let last = matches!(e, Event::Finished(_));
-                    opened |= matches!(e, Event::Opened(_));
+                    let index = matches!(e, Event::Opened(_));
+                    opened |= index;
                     session.apply(&e);
                     if last {
                         ended = true;
+                        break;
+                    }
+                    // The index shows in this frame; the events behind it
+                    // wait for the next one.
+                    if index {
                         break;
                     }
                 }
@@ -274,6 +280,10 @@ impl App {
         if opened {
             let path = session.path.clone();
             self.remember(&path);
+            // The events left behind the index come in the next frame, at once.
+            if let Some(ctx) = &self.ctx {
+                ctx.request_repaint();
+            }
         }
         if !ended {
             return;
