@@ -111,12 +111,6 @@ fn start_audit(
             ..audit::Options::default()
         };
         audit::run(&path, &options, w.token(), &|e| {
-            // Once the index is open the pass starts: its threads (spawned
-            // from this one) run below the window's priority, so the first
-            // frame of the table does not queue behind them.
-            if matches!(e, Event::Opened(_)) {
-                crate::util::priority::background();
-            }
             // A closed channel means nobody listens: the token stops the pass.
             w.send(AuditMsg::Event(e));
         });

@@ -4,7 +4,6 @@
 
 pub mod cancel;
 pub mod paths;
-pub mod priority;
 pub mod rng;
 pub mod text;
 
