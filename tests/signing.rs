@@ -244,25 +244,232 @@ fn no_key_is_a_warning_never_a_pass_and_unsigned_is_said() {
 /// part of its log entry wrong (`defect`); returns the folder, the trusted
 /// root, and the temporary folder that holds them.
 fn sigstore_like(defect: Option<&str>) -> (std::path::PathBuf, String, tempfile::TempDir) {
+    sigstore_signed("sigstore-like", defect)
+}
+
+/// The same, logged the Rekor v2 way (oms.py sigstore-v2): a hashedrekord
+/// 0.0.2 entry under an Ed25519 checkpoint, the signing time from an RFC
+/// 3161 timestamp.
+fn sigstore_v2(defect: Option<&str>) -> (std::path::PathBuf, String, tempfile::TempDir) {
+    sigstore_signed("sigstore-v2", defect)
+}
+
+fn sigstore_signed(
+    how: &str,
+    defect: Option<&str>,
+) -> (std::path::PathBuf, String, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("m");
     assert_eq!(cli(&["sample", dir.to_str().unwrap()]).code, 0);
     let out = tmp.path().join("sg");
-    let mut args = vec![
-        "sigstore-like",
-        dir.to_str().unwrap(),
-        out.to_str().unwrap(),
-    ];
+    let mut args = vec![how, dir.to_str().unwrap(), out.to_str().unwrap()];
     args.extend(defect);
     oms::oms_ok(&args);
     let root = out.join("trusted_root.json").display().to_string();
     (dir, root, tmp)
 }
 
-/// Whether sigstore-python's own checks accept the log entry.
+/// Whether sigstore-python's own checks accept the signed times and the
+/// log entry.
 fn sigstore_python_accepts(dir: &std::path::Path, root: &str) -> bool {
     let out = oms::oms(&["sigstore-verify", dir.to_str().unwrap(), root]).unwrap();
     String::from_utf8_lossy(&out.stdout).trim() == "ok"
+}
+
+/// The same, and the leaf's chain at every signed time.
+fn sigstore_python_accepts_chain(dir: &std::path::Path, root: &str) -> bool {
+    let out = oms::oms(&["sigstore-verify", dir.to_str().unwrap(), root, "chain"]).unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "ok"
+}
+
+#[test]
+fn a_rekor_v2_bundle_verifies_by_its_timestamp_and_each_broken_part_is_named() {
+    if !oms::available() {
+        return;
+    }
+    const STAMP: &str =
+        "verificationMaterial.timestampVerificationData.rfc3161Timestamps[0].signedTimestamp";
+    // (defect, the error check, the field it names, words of the message);
+    // sigstore-python's verifier (signed times, log entry, chain at each
+    // time) must reach the same verdict on every case.
+    let cases: &[(Option<&str>, &str, &str, &str)] = &[
+        (None, "", "", ""),
+        (
+            Some("body"),
+            "oms.tlog",
+            "verificationMaterial.tlogEntries[0].canonicalizedBody",
+            "data.digest",
+        ),
+        (
+            Some("checkpoint"),
+            "oms.tlog",
+            "verificationMaterial.tlogEntries[0].inclusionProof.checkpoint",
+            "does not verify with the log's key",
+        ),
+        (
+            Some("tsa-sig"),
+            "oms.timestamp",
+            STAMP,
+            "does not verify with the key",
+        ),
+        (
+            Some("tsa-imprint"),
+            "oms.timestamp",
+            STAMP,
+            "message imprint",
+        ),
+        (Some("tsa-digest"), "oms.timestamp", STAMP, "message digest"),
+        (
+            Some("tsa-unknown"),
+            "oms.timestamp",
+            STAMP,
+            "not the signing certificate of any timestamp authority",
+        ),
+        (Some("tsa-eku"), "oms.timestamp", STAMP, "timeStamping"),
+        // Stamped (validly) after the signing certificate expired.
+        (
+            Some("tsa-late"),
+            "oms.certificate",
+            "verificationMaterial.certificates",
+            "not valid at",
+        ),
+    ];
+    for &(defect, check, field, words) in cases {
+        let (dir, root, _tmp) = sigstore_v2(defect);
+        let run = cli(&[
+            "audit",
+            dir.to_str().unwrap(),
+            "--json",
+            "--trusted-root",
+            &root,
+        ]);
+        let r = run.json();
+        let sig = &r["signature"];
+        assert_eq!(sig["method"], "sigstore");
+        assert_eq!(sig["signature_valid"], true, "{defect:?}");
+        let python = sigstore_python_accepts_chain(&dir, &root);
+        if defect.is_none() {
+            assert_eq!(run.code, 0, "{r:#}");
+            assert_eq!(sig["verified"], true, "{sig:#}");
+            assert!(
+                sig["not_verified"].as_array().unwrap().is_empty(),
+                "{sig:#}"
+            );
+            let times = sig["signing_times"].as_array().unwrap();
+            assert_eq!(times.len(), 1, "{sig:#}");
+            assert!(
+                times[0]
+                    .as_str()
+                    .unwrap()
+                    .contains("RFC 3161 timestamp by https://tsa.example.com"),
+                "{sig:#}"
+            );
+            assert!(python, "sigstore-python rejects the bundle we accept");
+            continue;
+        }
+        assert_eq!(run.code, 1, "{defect:?}: {r:#}");
+        assert_eq!(sig["verified"], false, "{defect:?}");
+        let mut errs = errors(&r);
+        errs.dedup();
+        assert_eq!(errs, [check], "{defect:?}: {r:#}");
+        let hits = findings_of(&r, check);
+        assert!(
+            hits.iter().any(|f| f["field"] == field
+                && f["severity"] == "error"
+                && f["message"].as_str().unwrap().contains(words)),
+            "{defect:?}: no {check} finding on {field} saying {words:?}: {hits:#?}"
+        );
+        assert!(!python, "{defect:?}: sigstore-python accepts the bundle");
+        if check == "oms.certificate" {
+            // The timestamp and the log are sound; only the chain at the
+            // stamped time fails, for sigstore-python too.
+            assert!(sigstore_python_accepts(&dir, &root), "{defect:?}");
+        }
+    }
+}
+
+#[test]
+fn no_byte_flip_of_a_timestamp_verifies_to_another_time_or_panics() {
+    if !oms::available() {
+        return;
+    }
+    use base64::Engine as _;
+    use bundlescope::signing::timestamp;
+    let (dir, root, _tmp) = sigstore_v2(None);
+    let b64 = |s: &serde_json::Value| {
+        base64::engine::general_purpose::STANDARD
+            .decode(s.as_str().unwrap())
+            .unwrap()
+    };
+    let sig: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("model.sig")).unwrap()).unwrap();
+    let der = b64(
+        &sig["verificationMaterial"]["timestampVerificationData"]["rfc3161Timestamps"][0]["signedTimestamp"],
+    );
+    let message = b64(&sig["dsseEnvelope"]["signatures"][0]["sig"]);
+    let trusted: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&root).unwrap()).unwrap();
+    let tsas = timestamp::authorities(&trusted).unwrap();
+    let good = timestamp::verify(&der, &message, &tsas).expect("the timestamp verifies");
+    // Another message, or no authority: never.
+    assert!(timestamp::verify(&der, b"another signature", &tsas).is_err());
+    assert!(timestamp::verify(&der, &message, &[]).is_err());
+    // Every bit of every byte: an error, or (a change outside what is
+    // signed, such as an embedded certificate) the same stamp.
+    let mut still = 0;
+    for i in 0..der.len() {
+        for bit in 0..8 {
+            let mut d = der.clone();
+            d[i] ^= 1 << bit;
+            if let Ok(s) = timestamp::verify(&d, &message, &tsas) {
+                assert_eq!(s, good, "byte {i} bit {bit}");
+                still += 1;
+            }
+        }
+        // Every truncation.
+        assert!(timestamp::verify(&der[..i], &message, &tsas).is_err());
+    }
+    // Most flips must fail: the TSTInfo, the attributes and the signature
+    // are most of the token.
+    assert!(
+        still < der.len() * 8 / 2,
+        "{still} of {} flips verified",
+        der.len() * 8
+    );
+}
+
+#[test]
+fn a_timestamp_without_an_authority_in_the_trusted_root_is_not_a_signing_time() {
+    if !oms::available() {
+        return;
+    }
+    let (dir, root, tmp) = sigstore_v2(None);
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&root).unwrap()).unwrap();
+    v["timestampAuthorities"] = serde_json::json!([]);
+    let other = tmp.path().join("no_tsa.json");
+    std::fs::write(&other, v.to_string()).unwrap();
+    let other = other.display().to_string();
+    let run = cli(&[
+        "audit",
+        dir.to_str().unwrap(),
+        "--json",
+        "--trusted-root",
+        &other,
+    ]);
+    let r = run.json();
+    assert_eq!(run.code, 1, "{r:#}");
+    assert_eq!(r["signature"]["verified"], false);
+    assert_eq!(errors(&r), ["oms.timestamp"], "{r:#}");
+    let hits = findings_of(&r, "oms.timestamp");
+    assert!(
+        hits[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("lists no timestamp authority"),
+        "{hits:#?}"
+    );
+    // sigstore-python refuses it too.
+    assert!(!sigstore_python_accepts(&dir, &other));
 }
 
 #[test]

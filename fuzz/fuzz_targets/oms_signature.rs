@@ -35,6 +35,9 @@ fn trust() -> &'static Trust {
             // own parsing is fuzzed up to there; its proofs and checkpoint
             // have unit tests of malformed input in src/signing/tlog.rs).
             sigstore_logs: Vec::new(),
+            // No timestamp authority: a bundle's timestamps stop there
+            // (their own parsing has the byte-flip test of tests/signing.rs).
+            sigstore_tsas: Vec::new(),
         }
     })
 }

@@ -180,7 +180,8 @@ checks! {
     OMS_DIGEST = "oms.digest": "every signed file or shard has the digest the signature gives";
     OMS_MISSING = "oms.missing": "every signed file (and shard range) exists in the folder";
     OMS_UNSIGNED = "oms.unsigned": "every file in the folder (minus ignore_paths) is signed, unless --ignore-unsigned";
-    OMS_TLOG = "oms.tlog": "sigstore method with --trusted-root: the log entry records this bundle's payload, signature and certificate; its signed entry timestamp and its inclusion proof (up to a checkpoint) verify with a log key of the trusted root; the certificate was valid at the integration time";
+    OMS_TLOG = "oms.tlog": "sigstore method with --trusted-root: the log entry (Rekor v1 dsse 0.0.1, or Rekor v2 hashedrekord 0.0.2) records this bundle's payload, signature and certificate; its signed entry timestamp and its inclusion proof (up to a checkpoint) verify with a log key of the trusted root (ECDSA or Ed25519); the certificate was valid at the integration time";
+    OMS_TIMESTAMP = "oms.timestamp": "sigstore method with --trusted-root: every RFC 3161 timestamp in the bundle is over its signature and verifies against a timestamp authority of the trusted root (signed attributes, signature, chain and timeStamping key usage, service period); the certificate was valid at each stamped time";
 }
 
 checks! {

@@ -481,6 +481,9 @@ fn signature_md(r: &Report, out: &mut String) {
             format!("{} to {}", text(from), text(to)),
         );
     }
+    for t in &s.signing_times {
+        row("signed at", text(t));
+    }
     if let Some(v) = &s.identity {
         row("identity", text(v));
     }

@@ -69,6 +69,9 @@ pub struct SigBundle {
     pub payload: Vec<u8>,
     /// `dsseEnvelope.signatures[].sig`, decoded.
     pub signatures: Vec<Vec<u8>>,
+    /// `verificationMaterial.timestampVerificationData.rfc3161Timestamps[].signedTimestamp`,
+    /// decoded (DER RFC 3161 TimeStampResp).
+    pub timestamps: Vec<Vec<u8>>,
 }
 
 /// Base64 as protobuf JSON writes it: standard or URL-safe alphabet,
@@ -229,6 +232,7 @@ pub fn parse(bytes: &[u8]) -> Result<SigBundle, Finding> {
             ));
         }
     };
+    let timestamps = timestamps(vm)?;
     if top.contains_key("messageSignature") && !top.contains_key("dsseEnvelope") {
         return Err(bad(
             "messageSignature",
@@ -296,7 +300,45 @@ pub fn parse(bytes: &[u8]) -> Result<SigBundle, Finding> {
         payload_type,
         payload,
         signatures,
+        timestamps,
     })
+}
+
+/// The signed RFC 3161 timestamps of `timestampVerificationData` (at most
+/// 32, each at most 64 KiB).
+fn timestamps(vm: &serde_json::Map<String, Value>) -> Result<Vec<Vec<u8>>, Finding> {
+    const FIELD: &str = "verificationMaterial.timestampVerificationData.rfc3161Timestamps";
+    let list = match vm
+        .get("timestampVerificationData")
+        .and_then(|t| t.get("rfc3161Timestamps"))
+    {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            return Err(bad(
+                FIELD,
+                format!("{FIELD} is {}, not an array", kind(other)),
+            ));
+        }
+    };
+    if list.len() > 32 {
+        return Err(bad(
+            FIELD,
+            format!(
+                "{FIELD} holds {} timestamps, over the limit of 32",
+                list.len()
+            ),
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, t) in list.iter().enumerate() {
+        let field = format!("{FIELD}[{i}].signedTimestamp");
+        let v = t
+            .get("signedTimestamp")
+            .ok_or_else(|| bad(&field, format!("{field} is missing")))?;
+        out.push(b64(&field, v, 64 << 10)?);
+    }
+    Ok(out)
 }
 
 fn retag(mut f: Finding, check: crate::finding::CheckId) -> Finding {

@@ -39,7 +39,8 @@ pub enum Hash {
 }
 
 impl Hash {
-    fn digest(self, msg: &[u8]) -> Vec<u8> {
+    /// The digest of `msg`.
+    pub fn digest(self, msg: &[u8]) -> Vec<u8> {
         match self {
             Hash::Sha256 => Sha256::digest(msg).to_vec(),
             Hash::Sha384 => Sha384::digest(msg).to_vec(),

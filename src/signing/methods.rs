@@ -4,7 +4,7 @@
 
 use super::bundle::SigBundle;
 use super::crypto::{self, Cert, PublicKey};
-use super::{Checked, SigningMethod, Trust, tlog};
+use super::{Checked, SigningMethod, Trust, timestamp, tlog};
 use crate::finding::{Finding, checks};
 
 pub(super) fn key_method(
@@ -173,7 +173,27 @@ pub(super) fn cert_method(
         }
         _ => None,
     };
-    let at = logged.as_ref().and_then(|o| o.time).unwrap_or(nb);
+    // The signing times that verified: the log's (a verified signed entry
+    // timestamp, Rekor v1) and every RFC 3161 timestamp by an authority
+    // of the trusted root (Rekor v2 gives no other). The chain is checked
+    // at each; with none, at the certificate's notBefore.
+    let mut times = Vec::new();
+    let mut stamps_ok = true;
+    if let Some(o) = &logged {
+        if let Some(t) = o.time {
+            times.push(t);
+            c.report.signing_times.push(format!(
+                "{} (signed entry timestamp of the log)",
+                crypto::date(t)
+            ));
+        }
+        stamps_ok = stamps(c, b, trust, &mut times);
+    }
+    let ats = if times.is_empty() {
+        vec![nb]
+    } else {
+        times.clone()
+    };
     let chain_ok = match roots {
         None => {
             let (what, flag) = if sigstore {
@@ -200,25 +220,31 @@ pub(super) fn cert_method(
                 .push(format!("{what} (no root given)"));
             false
         }
-        Some(roots) => match crypto::verify_chain(chain, roots, at) {
-            Ok(root) => {
-                if !sigstore {
-                    c.report.issuer = Some(root);
+        Some(roots) => {
+            let mut ok = true;
+            for &at in &ats {
+                match crypto::verify_chain(chain, roots, at) {
+                    Ok(root) => {
+                        if !sigstore {
+                            c.report.issuer = Some(root);
+                        }
+                    }
+                    Err(e) => {
+                        c.findings.push(
+                            Finding::error(
+                                checks::OMS_CERTIFICATE,
+                                format!("the certificate chain does not verify: {e}"),
+                            )
+                            .field("verificationMaterial.certificates"),
+                        );
+                        c.report.not_verified.push("the certificate chain".into());
+                        ok = false;
+                        break;
+                    }
                 }
-                true
             }
-            Err(e) => {
-                c.findings.push(
-                    Finding::error(
-                        checks::OMS_CERTIFICATE,
-                        format!("the certificate chain does not verify: {e}"),
-                    )
-                    .field("verificationMaterial.certificates"),
-                );
-                c.report.not_verified.push("the certificate chain".into());
-                false
-            }
-        },
+            ok
+        }
     };
     if !sigstore {
         return sig_ok && chain_ok;
@@ -241,17 +267,85 @@ pub(super) fn cert_method(
             false
         }
         Some(o) => {
-            if o.verified && o.time.is_none() {
+            if o.verified && times.is_empty() && stamps_ok {
                 // The log holds the entry, but nothing signed says when.
                 c.findings.push(
                     Finding::warning(
                         checks::OMS_TLOG,
-                        "the entry is in the log, but without a signed entry timestamp its integration time is not signed: the certificate's validity at signing time was not verified".to_string(),
+                        "the entry is in the log, but neither a signed entry timestamp nor an RFC 3161 timestamp signs a signing time: the certificate's validity at signing time was not verified".to_string(),
                     )
                     .field("verificationMaterial.tlogEntries[0].inclusionPromise"),
                 );
+                c.report
+                    .not_verified
+                    .push("the signing time (nothing signed gives it)".into());
             }
-            sig_ok && chain_ok && o.verified && o.time.is_some()
+            sig_ok && chain_ok && o.verified && stamps_ok && !times.is_empty()
         }
     }
+}
+
+/// Verifies the bundle's RFC 3161 timestamps against the trusted root's
+/// timestamp authorities, adding each verified time to `times`; every one
+/// that does not verify is an `oms.timestamp` error. False when any failed.
+fn stamps(c: &mut Checked, b: &SigBundle, trust: &Trust, times: &mut Vec<u64>) -> bool {
+    const FIELD: &str = "verificationMaterial.timestampVerificationData.rfc3161Timestamps";
+    if b.timestamps.is_empty() {
+        return true;
+    }
+    if trust.sigstore_tsas.is_empty() {
+        c.findings.push(
+            Finding::error(
+                checks::OMS_TIMESTAMP,
+                format!(
+                    "the bundle carries {} signed timestamp(s), but --trusted-root lists no timestamp authority to verify them with",
+                    b.timestamps.len()
+                ),
+            )
+            .field(FIELD),
+        );
+        c.report
+            .not_verified
+            .push("the RFC 3161 timestamps (no timestamp authority in --trusted-root)".into());
+        return false;
+    }
+    let Some(message) = b.signatures.first() else {
+        return false;
+    };
+    let mut ok = true;
+    for (i, der) in b.timestamps.iter().enumerate() {
+        if b.timestamps[..i].contains(der) {
+            c.findings.push(
+                Finding::error(
+                    checks::OMS_TIMESTAMP,
+                    format!("RFC 3161 timestamp {i} repeats an earlier one"),
+                )
+                .field(format!("{FIELD}[{i}].signedTimestamp")),
+            );
+            ok = false;
+            continue;
+        }
+        match timestamp::verify(der, message, &trust.sigstore_tsas) {
+            Ok(s) => {
+                times.push(s.time);
+                c.report.signing_times.push(format!(
+                    "{} (RFC 3161 timestamp by {})",
+                    crypto::date(s.time),
+                    s.authority
+                ));
+            }
+            Err(why) => {
+                c.findings.push(
+                    Finding::error(
+                        checks::OMS_TIMESTAMP,
+                        format!("RFC 3161 timestamp {i} does not verify: {why}"),
+                    )
+                    .field(format!("{FIELD}[{i}].signedTimestamp")),
+                );
+                c.report.not_verified.push(format!("signed timestamp {i}"));
+                ok = false;
+            }
+        }
+    }
+    ok
 }

@@ -10,6 +10,7 @@ pub mod crypto;
 pub mod folder;
 mod methods;
 pub mod statement;
+pub mod timestamp;
 pub mod tlog;
 
 use std::path::{Path, PathBuf};
@@ -35,6 +36,9 @@ pub struct Trust {
     pub sigstore_roots: Option<Vec<Cert>>,
     /// The transparency logs of `--trusted-root` (`tlogs`).
     pub sigstore_logs: Vec<tlog::LogKey>,
+    /// The timestamp authorities of `--trusted-root`
+    /// (`timestampAuthorities`).
+    pub sigstore_tsas: Vec<timestamp::Authority>,
 }
 
 /// Where the keys and roots come from (paths as the user gave them).
@@ -122,9 +126,10 @@ impl Trust {
         if let Some(p) = &paths.trusted_root {
             let shown = p.display().to_string();
             match read_small(p).and_then(|b| trusted_root(&b)) {
-                Ok((cas, logs)) => {
+                Ok((cas, logs, tsas)) => {
                     t.sigstore_roots = Some(cas);
                     t.sigstore_logs = logs;
+                    t.sigstore_tsas = tsas;
                 }
                 Err(e) => findings.push(
                     Finding::error(checks::OMS_SIGSTORE, format!("--trusted-root {shown}: {e}"))
@@ -138,8 +143,12 @@ impl Trust {
 
 /// The certificate authorities of a Sigstore `trusted_root.json`
 /// (`certificateAuthorities[].certChain.certificates[].rawBytes`) and its
-/// transparency logs (`tlogs`).
-fn trusted_root(bytes: &[u8]) -> Result<(Vec<Cert>, Vec<tlog::LogKey>), String> {
+/// transparency logs (`tlogs`) and timestamp authorities
+/// (`timestampAuthorities`).
+#[allow(clippy::type_complexity)]
+fn trusted_root(
+    bytes: &[u8],
+) -> Result<(Vec<Cert>, Vec<tlog::LogKey>, Vec<timestamp::Authority>), String> {
     use base64::Engine as _;
     let v = crate::format::json::parse_bounded(bytes).map_err(|e| format!("not JSON: {e}"))?;
     let cas = v
@@ -168,7 +177,7 @@ fn trusted_root(bytes: &[u8]) -> Result<(Vec<Cert>, Vec<tlog::LogKey>), String> 
     if out.is_empty() {
         return Err("no certificate authority".into());
     }
-    Ok((out, tlog::log_keys(&v)?))
+    Ok((out, tlog::log_keys(&v)?, timestamp::authorities(&v)?))
 }
 
 /// Which OMS signing method a bundle uses.
@@ -218,6 +227,11 @@ pub struct SignatureReport {
     /// Certificate and Sigstore methods: the leaf's validity.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub certificate_validity: Option<[String; 2]>,
+    /// Sigstore method: the signing times that verified, each with its
+    /// source ("… (signed entry timestamp of log …)", "… (RFC 3161
+    /// timestamp by …)"); the chain was checked at each.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub signing_times: Vec<String>,
     /// Sigstore method: the signer's identity (SAN e-mail or URI).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
@@ -329,6 +343,7 @@ fn empty(file: &str) -> Checked {
             key_hint: None,
             certificate_subject: None,
             certificate_validity: None,
+            signing_times: Vec::new(),
             identity: None,
             issuer: None,
             media_type: None,

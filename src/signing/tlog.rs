@@ -20,15 +20,61 @@ use crate::finding::{Finding, checks};
 pub struct LogKey {
     /// `logId.keyId`: SHA-256 of the key's DER.
     pub log_id: Vec<u8>,
-    /// The key, or why it cannot be used (Ed25519 and RSA logs are not
-    /// supported).
-    pub key: Result<PublicKey, String>,
+    /// The key, or why it cannot be used (RSA logs are not supported).
+    pub key: Result<LogVerifier, String>,
     /// `baseUrl`, for messages.
     pub url: String,
     /// `publicKey.validFor` (seconds since the epoch).
     pub valid_from: Option<u64>,
     /// `publicKey.validFor.end`.
     pub valid_to: Option<u64>,
+}
+
+/// A log's key: ECDSA (Rekor v1 logs) or Ed25519 (Rekor v2 logs sign
+/// their checkpoints with it).
+#[derive(Debug, Clone)]
+pub enum LogVerifier {
+    /// ECDSA on P-256/P-384/P-521, over the curve's SHA-2 digest.
+    Ecdsa(PublicKey),
+    /// Ed25519 (RFC 8032).
+    Ed25519(ed25519_dalek::VerifyingKey),
+}
+
+/// The algorithm identifier of Ed25519 (RFC 8410).
+const ID_ED25519: &str = "1.3.101.112";
+
+impl LogVerifier {
+    /// Reads a SubjectPublicKeyInfo (DER).
+    pub fn from_spki_der(der: &[u8]) -> Result<Self, String> {
+        use x509_cert::der::Decode;
+        if let Ok(spki) = spki::SubjectPublicKeyInfoRef::from_der(der)
+            && spki.algorithm.oid.to_string() == ID_ED25519
+        {
+            let raw: [u8; 32] = spki
+                .subject_public_key
+                .as_bytes()
+                .and_then(|b| b.try_into().ok())
+                .ok_or("an Ed25519 key is not 32 bytes")?;
+            return ed25519_dalek::VerifyingKey::from_bytes(&raw)
+                .map(LogVerifier::Ed25519)
+                .map_err(|e| format!("Ed25519 key: {e}"));
+        }
+        PublicKey::from_spki_der(der)
+            .map(LogVerifier::Ecdsa)
+            .map_err(|_| "not an ECDSA (P-256, P-384, P-521) or Ed25519 public key".into())
+    }
+
+    /// Verifies a signature over `msg`: DER ECDSA over the curve's digest,
+    /// or a 64-byte Ed25519 signature.
+    pub fn verify(&self, msg: &[u8], sig: &[u8]) -> bool {
+        match self {
+            LogVerifier::Ecdsa(k) => k.verify(k.hash(), msg, sig),
+            LogVerifier::Ed25519(k) => {
+                use ed25519_dalek::Verifier as _;
+                ed25519_dalek::Signature::from_slice(sig).is_ok_and(|s| k.verify(msg, &s).is_ok())
+            }
+        }
+    }
 }
 
 /// The `tlogs` of a trusted root. A log whose entry is malformed is an
@@ -59,7 +105,7 @@ pub fn log_keys(root: &Value) -> Result<Vec<LogKey>, String> {
         };
         out.push(LogKey {
             log_id,
-            key: PublicKey::from_spki_der(&der),
+            key: LogVerifier::from_spki_der(&der),
             url: t
                 .get("baseUrl")
                 .and_then(Value::as_str)
@@ -75,7 +121,7 @@ pub fn log_keys(root: &Value) -> Result<Vec<LogKey>, String> {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.frac]Z` to seconds since the epoch.
-fn rfc3339(s: &str) -> Option<u64> {
+pub(super) fn rfc3339(s: &str) -> Option<u64> {
     let b = s.as_bytes();
     if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || !s.ends_with('Z') {
         return None;
@@ -230,9 +276,10 @@ pub fn verify(b: &SigBundle, leaf: &Cert, logs: &[LogKey]) -> Outcome {
         .and_then(Value::as_str);
     let mut time = None;
     match (set, log_index, integrated) {
-        (None, _, _) => o.not_verified.push(
-            "the integration time (the entry has no signed entry timestamp)".into(),
-        ),
+        // No signed entry timestamp (a Rekor v2 log gives none): the
+        // signing time must come from an RFC 3161 timestamp, which the
+        // caller checks.
+        (None, _, _) => {}
         (Some(_), None, _) | (Some(_), _, None) => o.fail(
             "inclusionPromise",
             "the entry has a signed entry timestamp but no integer logIndex and integratedTime for it to sign".into(),
@@ -240,7 +287,7 @@ pub fn verify(b: &SigBundle, leaf: &Cert, logs: &[LogKey]) -> Outcome {
         (Some(s), Some(index), Some(t)) => {
             let msg = set_payload(&body, t, &log_id, index);
             match b64(s) {
-                Ok(sig) if key.verify(key.hash(), &msg, &sig) => time = Some(t),
+                Ok(sig) if key.verify(&msg, &sig) => time = Some(t),
                 Ok(_) => o.fail(
                     "inclusionPromise.signedEntryTimestamp",
                     format!(
@@ -321,18 +368,15 @@ fn set_payload(body: &[u8], time: u64, log_id: &[u8], index: u64) -> Vec<u8> {
     .into_bytes()
 }
 
-/// A `dsse` v0.0.1 entry body must hold the SHA-256 of the payload and,
-/// for every envelope signature, that signature with the leaf as verifier.
+/// The entry's body must record this bundle's signature: a Rekor v1
+/// `dsse` 0.0.1 body, or the Rekor v2 `hashedrekord` 0.0.2 body that
+/// records a DSSE envelope (the digest of its PAE, its one signature and
+/// the leaf).
 fn body_matches(body: &[u8], entry: &Value, b: &SigBundle, leaf: &Cert) -> Result<(), String> {
     let v = crate::format::json::parse_bounded(body)
         .map_err(|e| format!("the body is not JSON: {e}"))?;
     let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
     let version = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    if (kind, version) != ("dsse", "0.0.1") {
-        return Err(format!(
-            "its kind is {kind:?} version {version:?}; bundlescope verifies DSSE entries of kind \"dsse\" 0.0.1"
-        ));
-    }
     if let Some(kv) = entry.get("kindVersion") {
         let k = kv.get("kind").and_then(Value::as_str).unwrap_or("");
         let ver = kv.get("version").and_then(Value::as_str).unwrap_or("");
@@ -342,6 +386,83 @@ fn body_matches(body: &[u8], entry: &Value, b: &SigBundle, leaf: &Cert) -> Resul
             ));
         }
     }
+    match (kind, version) {
+        ("dsse", "0.0.1") => dsse_v001(&v, b, leaf),
+        ("hashedrekord", "0.0.2") => hashedrekord_v002(&v, b, leaf),
+        _ => Err(format!(
+            "its kind is {kind:?} version {version:?}; bundlescope verifies DSSE envelopes logged as \"dsse\" 0.0.1 (Rekor v1) or \"hashedrekord\" 0.0.2 (Rekor v2)"
+        )),
+    }
+}
+
+/// A Rekor v2 `hashedrekord` 0.0.2 body for a DSSE envelope: `data` is
+/// the digest of the envelope's PAE with the hash the leaf's key signs,
+/// `signature.content` the envelope's one signature, `signature.verifier`
+/// the leaf certificate and its key details.
+fn hashedrekord_v002(v: &Value, b: &SigBundle, leaf: &Cert) -> Result<(), String> {
+    let spec = v
+        .pointer("/spec/hashedRekordV002")
+        .ok_or("the body has no spec.hashedRekordV002")?;
+    let [sig] = b.signatures.as_slice() else {
+        return Err(format!(
+            "a hashedrekord entry records one signature; the envelope carries {}",
+            b.signatures.len()
+        ));
+    };
+    let key = leaf.public_key()?;
+    let (alg, details, hash) = match key {
+        PublicKey::P256(_) => ("SHA2_256", "PKIX_ECDSA_P256_SHA_256", crypto::Hash::Sha256),
+        PublicKey::P384(_) => ("SHA2_384", "PKIX_ECDSA_P384_SHA_384", crypto::Hash::Sha384),
+        PublicKey::P521(_) => ("SHA2_512", "PKIX_ECDSA_P521_SHA_512", crypto::Hash::Sha512),
+    };
+    let got_alg = spec.pointer("/data/algorithm").and_then(Value::as_str);
+    if got_alg != Some(alg) {
+        return Err(format!(
+            "data.algorithm is {got_alg:?}; the leaf's {} key signs {alg}",
+            key.curve()
+        ));
+    }
+    let pae = super::bundle::pae(&b.payload_type, &b.payload);
+    let want = hash.digest(&pae);
+    let got = spec
+        .pointer("/data/digest")
+        .and_then(Value::as_str)
+        .and_then(|s| b64(s).ok());
+    if got.as_deref() != Some(want.as_slice()) {
+        return Err(format!(
+            "data.digest is {}, the envelope's PAE hashes to {}",
+            got.map_or("absent".into(), |g| crate::format::hex(&g)),
+            crate::format::hex(&want)
+        ));
+    }
+    let content = spec
+        .pointer("/signature/content")
+        .and_then(Value::as_str)
+        .and_then(|s| b64(s).ok());
+    if content.as_deref() != Some(sig.as_slice()) {
+        return Err("signature.content is not the envelope's signature".into());
+    }
+    let cert = spec
+        .pointer("/signature/verifier/x509Certificate/rawBytes")
+        .and_then(Value::as_str)
+        .and_then(|s| b64(s).ok());
+    if cert.as_deref() != Some(leaf.der.as_slice()) {
+        return Err("signature.verifier is not the bundle's signing certificate".into());
+    }
+    let got_details = spec
+        .pointer("/signature/verifier/keyDetails")
+        .and_then(Value::as_str);
+    if got_details != Some(details) {
+        return Err(format!(
+            "signature.verifier.keyDetails is {got_details:?}, the leaf's key is {details}"
+        ));
+    }
+    Ok(())
+}
+
+/// A `dsse` v0.0.1 entry body must hold the SHA-256 of the payload and,
+/// for every envelope signature, that signature with the leaf as verifier.
+fn dsse_v001(v: &Value, b: &SigBundle, leaf: &Cert) -> Result<(), String> {
     let spec = v.get("spec").ok_or("the body has no spec")?;
     let alg = spec
         .pointer("/payloadHash/algorithm")
@@ -493,7 +614,7 @@ fn inclusion(body: &[u8], p: &Value) -> Result<([u8; 32], u64), String> {
 /// text, and the note must give the proof's root and size.
 fn checkpoint(
     text: &str,
-    key: &PublicKey,
+    key: &LogVerifier,
     log_id: &[u8],
     root: &[u8; 32],
     size: u64,
@@ -535,7 +656,7 @@ fn checkpoint(
         };
         if sig.len() > 4 && &sig[..4] == hint {
             tried = true;
-            if key.verify(key.hash(), note.as_bytes(), &sig[4..]) {
+            if key.verify(note.as_bytes(), &sig[4..]) {
                 verified = true;
                 break;
             }
@@ -624,7 +745,9 @@ mod tests {
     fn malformed_proofs_checkpoints_and_roots_are_errors_never_panics() {
         let body = b"entry";
         let secret = p256::SecretKey::from_slice(&[7u8; 32]).unwrap();
-        let key = PublicKey::P256(p256::ecdsa::VerifyingKey::from(secret.public_key()));
+        let key = LogVerifier::Ecdsa(PublicKey::P256(p256::ecdsa::VerifyingKey::from(
+            secret.public_key(),
+        )));
         let proofs = [
             serde_json::json!({}),
             serde_json::json!({"logIndex": "x", "treeSize": "1", "rootHash": "", "hashes": []}),
@@ -666,6 +789,37 @@ mod tests {
         let odd =
             log_keys(&serde_json::json!({"tlogs": [{"publicKey": {"rawBytes": "AA=="}}]})).unwrap();
         assert!(odd[0].key.is_err());
+    }
+
+    /// RFC 8032 §7.1, test 2: an Ed25519 key (as SubjectPublicKeyInfo, the
+    /// way a trusted root carries a Rekor v2 log key), a one-byte message
+    /// and its signature.
+    #[test]
+    fn an_ed25519_log_key_verifies_the_rfc_8032_vector_and_nothing_else() {
+        let hex = |s: &str| -> Vec<u8> {
+            (0..s.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+                .collect()
+        };
+        let mut spki = hex("302a300506032b6570032100");
+        spki.extend(hex(
+            "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c",
+        ));
+        let sig = hex(concat!(
+            "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da",
+            "085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00"
+        ));
+        let key = LogVerifier::from_spki_der(&spki).unwrap();
+        assert!(matches!(key, LogVerifier::Ed25519(_)));
+        assert!(key.verify(&[0x72], &sig));
+        assert!(!key.verify(&[0x73], &sig));
+        assert!(!key.verify(&[0x72], &sig[..63]));
+        let mut bad = sig.clone();
+        bad[0] ^= 1;
+        assert!(!key.verify(&[0x72], &bad));
+        // A truncated key is an error, not a panic.
+        assert!(LogVerifier::from_spki_der(&spki[..40]).is_err());
     }
 
     #[test]

@@ -14,9 +14,21 @@ tests need with `cryptography` (which model-signing brings).
                                             DEFECT: body | set | proof | checkpoint |
                                             time (one part of the entry wrong, the
                                             rest signed properly)
-    oms.py sigstore-verify DIR ROOT_JSON    sigstore-python's own checks of the log
-                                            entry (inclusion proof, checkpoint, SET,
-                                            body against the bundle): ok / FAIL
+    oms.py sigstore-v2 DIR OUT [DEFECT]     the same leaf, logged the Rekor v2 way: a
+                                            hashedrekord 0.0.2 entry (the digest of the
+                                            envelope's PAE), a checkpoint signed by an
+                                            Ed25519 log key, no signed entry timestamp;
+                                            the signing time comes from an RFC 3161
+                                            timestamp by a test timestamp authority.
+                                            DEFECT: body | checkpoint | tsa-sig |
+                                            tsa-imprint | tsa-digest | tsa-late |
+                                            tsa-unknown | tsa-eku
+    oms.py sigstore-verify DIR ROOT_JSON [chain]
+                                            sigstore-python's own checks of the signed
+                                            times (timestamps, SET), the log entry
+                                            (inclusion proof, checkpoint, body against
+                                            the bundle) and, with `chain`, the leaf's
+                                            chain at every signed time: ok / FAIL
     oms.py verify-key DIR PUB [SHARD_SIZE]  prints ok / the tool's error; exit 0 / 1
     oms.py verify-cert DIR ROOT..           same, certificate method
 """
@@ -67,7 +79,7 @@ def hashing(shard_size=None):
     return h
 
 
-def cert(subject, key, issuer, issuer_key, ca, extra=()):
+def cert(subject, key, issuer, issuer_key, ca, extra=(), days=30):
     now = datetime.datetime.now(datetime.timezone.utc)
     b = (
         x509.CertificateBuilder()
@@ -76,7 +88,7 @@ def cert(subject, key, issuer, issuer_key, ca, extra=()):
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -93,6 +105,11 @@ def cert(subject, key, issuer, issuer_key, ca, extra=()):
             critical=True,
         )
     )
+    b = b.add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    if issuer_key is not key:
+        b = b.add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False
+        )
     for ext, critical in extra:
         b = b.add_extension(ext, critical=critical)
     return b.sign(issuer_key, hashes.SHA256())
@@ -197,6 +214,228 @@ def log_entry(bundle, leaf, defect):
     return entry, tlog
 
 
+def timestamp(message, defect):
+    """An RFC 3161 TimeStampResp over `message` (the envelope's signature)
+    by a fresh test timestamp authority; returns (response DER, the trusted
+    root's record of the authority)."""
+    from asn1crypto import cms, tsp
+    from asn1crypto import x509 as ax509
+
+    root_key = ec.generate_private_key(ec.SECP384R1())
+    # The authority's certificates outlive the signing certificate (30
+    # days), so that a timestamp after it expired (tsa-late) is sound.
+    root = cert("bundlescope test TSA root", root_key, "bundlescope test TSA root", root_key, True, days=365)
+    key = ec.generate_private_key(ec.SECP256R1())
+    eku = x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING if defect == "tsa-eku" else ExtendedKeyUsageOID.TIME_STAMPING])
+    leaf = cert("bundlescope test TSA", key, "bundlescope test TSA root", root_key, False, [(eku, True)], days=365)
+    leaf_der = leaf.public_bytes(serialization.Encoding.DER)
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    gen = now + datetime.timedelta(days=60) if defect == "tsa-late" else now
+    stamped = message + b"x" if defect == "tsa-imprint" else message
+    tst = tsp.TSTInfo(
+        {
+            "version": "v1",
+            "policy": "1.3.6.1.4.1.57264.2",
+            "message_imprint": {"hash_algorithm": {"algorithm": "sha256"}, "hashed_message": hashlib.sha256(stamped).digest()},
+            "serial_number": 7,
+            "gen_time": gen,
+        }
+    )
+    content = tst.dump()
+    digest = hashlib.sha256(content + (b"x" if defect == "tsa-digest" else b"")).digest()
+    attrs = cms.CMSAttributes(
+        [
+            {"type": "content_type", "values": ["tst_info"]},
+            {"type": "signing_time", "values": [cms.Time({"utc_time": gen})]},
+            {"type": "message_digest", "values": [digest]},
+            {"type": "signing_certificate_v2", "values": [{"certs": [{"cert_hash": hashlib.sha256(leaf_der).digest()}]}]},
+        ]
+    )
+    signer = ec.generate_private_key(ec.SECP256R1()) if defect == "tsa-sig" else key
+    sig = signer.sign(attrs.dump(), ec.ECDSA(hashes.SHA256()))
+    a_leaf = ax509.Certificate.load(leaf_der)
+    info = cms.SignerInfo(
+        {
+            "version": "v1",
+            "sid": cms.SignerIdentifier(
+                {"issuer_and_serial_number": {"issuer": a_leaf.issuer, "serial_number": a_leaf.serial_number}}
+            ),
+            "digest_algorithm": {"algorithm": "sha256"},
+            "signed_attrs": attrs,
+            "signature_algorithm": {"algorithm": "sha256_ecdsa"},
+            "signature": sig,
+        }
+    )
+    signed = cms.SignedData(
+        {
+            "version": "v3",
+            "digest_algorithms": [{"algorithm": "sha256"}],
+            "encap_content_info": {"content_type": "tst_info", "content": tst},
+            "certificates": [a_leaf],
+            "signer_infos": [info],
+        }
+    )
+    token = cms.ContentInfo({"content_type": "signed_data", "content": signed})
+    resp = tsp.TimeStampResp({"status": {"status": "granted"}, "time_stamp_token": token})
+    if defect == "tsa-unknown":
+        # The trusted root lists some other authority.
+        other_key = ec.generate_private_key(ec.SECP384R1())
+        root = cert("another TSA root", other_key, "another TSA root", other_key, True)
+        leaf = cert("another TSA", other_key, "another TSA root", other_key, False, [(eku, True)])
+    der = lambda c: b64(c.public_bytes(serialization.Encoding.DER))
+    authority = {
+        "subject": {"organization": "bundlescope", "commonName": "bundlescope test TSA"},
+        "uri": "https://tsa.example.com",
+        "certChain": {"certificates": [{"rawBytes": der(leaf)}, {"rawBytes": der(root)}]},
+        "validFor": {"start": "2020-01-01T00:00:00Z"},
+    }
+    return resp.dump(), authority
+
+
+def log_entry_v2(bundle, leaf, defect):
+    """A Rekor-v2-shaped entry for `bundle`: hashedrekord 0.0.2 recording
+    the SHA-256 of the envelope's PAE, the signature and the leaf (built
+    with sigstore's own models, as its verifier expects them), at index 6
+    of an 11-leaf tree whose checkpoint an Ed25519 log key signs; no signed
+    entry timestamp (a v2 log gives none). Returns (entry, tlog)."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from sigstore_models.common import v1 as common
+    from sigstore_models.rekor.v2 import entry as v2entry
+    from sigstore_models.rekor.v2 import hashedrekord, verifier
+
+    env = bundle["dsseEnvelope"]
+    payload = base64.b64decode(env["payload"])
+    if defect == "body":
+        payload += b" "  # the log recorded some other payload
+    ptype = env["payloadType"].encode()
+    pae = b"DSSEv1 %d %s %d %s" % (len(ptype), ptype, len(payload), payload)
+    body = v2entry.Entry(
+        kind="hashedrekord",
+        api_version="0.0.2",
+        spec=v2entry.Spec(
+            hashed_rekord_v002=hashedrekord.HashedRekordLogEntryV002(
+                data=common.HashOutput(algorithm=common.HashAlgorithm.SHA2_256, digest=base64.b64encode(hashlib.sha256(pae).digest())),
+                signature=verifier.Signature(
+                    content=base64.b64encode(base64.b64decode(env["signatures"][0]["sig"])),
+                    verifier=verifier.Verifier(
+                        x509_certificate=common.X509Certificate(
+                            raw_bytes=base64.b64encode(leaf.public_bytes(serialization.Encoding.DER))
+                        ),
+                        key_details=common.PublicKeyDetails.PKIX_ECDSA_P256_SHA_256,
+                    ),
+                ),
+            )
+        ),
+    ).to_json().encode()
+    log_key = ed25519.Ed25519PrivateKey.generate()
+    raw = log_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    spki = log_key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    origin = "log2025-test.example.com"
+    # A signed note's key id (C2SP signed-note): SHA-256(name, LF, 0x01
+    # for Ed25519, the raw key); its first 4 bytes are the signature hint.
+    log_id = hashlib.sha256(origin.encode() + b"\n\x01" + raw).digest()
+    index, size = 6, 11
+    leaves = [hashlib.sha256(b"\x00" + (body if i == index else b"other entry %d" % i)).digest() for i in range(size)]
+    root = tree_head(leaves)
+    path = audit_path(index, leaves)
+    note = f"{origin}\n{size}\n{b64(root)}\n"
+    signer = ed25519.Ed25519PrivateKey.generate() if defect == "checkpoint" else log_key
+    envelope = note + "\n" + f"\u2014 {origin} {b64(log_id[:4] + signer.sign(note.encode()))}\n"
+    entry = {
+        "logIndex": str(index),
+        "logId": {"keyId": b64(log_id)},
+        "kindVersion": {"kind": "hashedrekord", "version": "0.0.2"},
+        "inclusionProof": {
+            "logIndex": str(index),
+            "rootHash": b64(root),
+            "treeSize": str(size),
+            "hashes": [b64(h) for h in path],
+            "checkpoint": {"envelope": envelope},
+        },
+        "canonicalizedBody": b64(body),
+    }
+    tlog = {
+        "baseUrl": "https://" + origin,
+        "hashAlgorithm": "SHA2_256",
+        "publicKey": {
+            "rawBytes": b64(spki),
+            "keyDetails": "PKIX_ED25519",
+            "validFor": {"start": "2020-01-01T00:00:00Z"},
+        },
+        "logId": {"keyId": b64(log_id)},
+    }
+    return entry, tlog
+
+
+def sigstore_bundle(d, out, defect, v2):
+    """A Fulcio-shaped leaf signs DIR; the bundle carries a Rekor v1 entry,
+    or (v2) a Rekor v2 entry and an RFC 3161 timestamp."""
+    out.mkdir(parents=True, exist_ok=True)
+    root_key = ec.generate_private_key(ec.SECP384R1())
+    root = cert("sigstore-like root", root_key, "sigstore-like root", root_key, True)
+    leaf_key = ec.generate_private_key(ec.SECP256R1())
+    issuer = "https://accounts.example.com"
+    # The OIDC issuer extension (v2) holds a DER UTF8String.
+    raw = issuer.encode()
+    der = b"\x0c" + bytes([len(raw)]) + raw
+    leaf = cert(
+        "sigstore",
+        leaf_key,
+        "sigstore-like root",
+        root_key,
+        False,
+        [
+            (x509.SubjectAlternativeName([x509.RFC822Name("signer@example.com")]), False),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), False),
+            (x509.UnrecognizedExtension(ObjectIdentifier("1.3.6.1.4.1.57264.1.8"), der), False),
+        ],
+    )
+    write_key(leaf_key, out / "leaf.key", None)
+    (out / "leaf.pem").write_bytes(pem(leaf))
+    (out / "fulcio_root.pem").write_bytes(pem(root))
+    cfg = model_signing.signing.Config().use_certificate_signer(
+        private_key=out / "leaf.key", signing_certificate=out / "leaf.pem", certificate_chain=[out / "fulcio_root.pem"]
+    )
+    cfg.set_hashing_config(hashing())
+    cfg.sign(d, d / "model.sig")
+    # Reshape the verification material as a Sigstore bundle carries
+    # it: the leaf alone, and a transparency-log entry. The DSSE
+    # signature covers only the payload, so it still holds.
+    b = json.loads((d / "model.sig").read_text())
+    b["mediaType"] = "application/vnd.dev.sigstore.bundle.v0.3+json"
+    b["verificationMaterial"] = {
+        "certificate": {"rawBytes": base64.b64encode(leaf.public_bytes(serialization.Encoding.DER)).decode()},
+    }
+    authorities = []
+    if v2:
+        entry, tlog = log_entry_v2(b, leaf, defect)
+        sig = base64.b64decode(b["dsseEnvelope"]["signatures"][0]["sig"])
+        resp, authority = timestamp(sig, defect)
+        authorities.append(authority)
+        b["verificationMaterial"]["timestampVerificationData"] = {"rfc3161Timestamps": [{"signedTimestamp": b64(resp)}]}
+    else:
+        entry, tlog = log_entry(b, leaf, defect)
+    b["verificationMaterial"]["tlogEntries"] = [entry]
+    (d / "model.sig").write_text(json.dumps(b))
+    trusted = {
+        "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+        "tlogs": [tlog],
+        "certificateAuthorities": [
+            {
+                "subject": {"organization": "bundlescope", "commonName": "sigstore-like root"},
+                "uri": "https://ca.example.com",
+                "certChain": {"certificates": [{"rawBytes": base64.b64encode(root.public_bytes(serialization.Encoding.DER)).decode()}]},
+                "validFor": {"start": "2020-01-01T00:00:00Z"},
+            }
+        ],
+        "ctlogs": [],
+        "timestampAuthorities": authorities,
+    }
+    (out / "trusted_root.json").write_text(json.dumps(trusted))
+
+
 def main(argv):
     cmd = argv[0]
     if cmd == "keygen":
@@ -233,72 +472,35 @@ def main(argv):
         )
         cfg.set_hashing_config(hashing())
         cfg.sign(d, d / "model.sig")
-    elif cmd == "sigstore-like":
-        d, out = pathlib.Path(argv[1]), pathlib.Path(argv[2])
-        out.mkdir(parents=True, exist_ok=True)
-        root_key = ec.generate_private_key(ec.SECP384R1())
-        root = cert("sigstore-like root", root_key, "sigstore-like root", root_key, True)
-        leaf_key = ec.generate_private_key(ec.SECP256R1())
-        issuer = "https://accounts.example.com"
-        # The OIDC issuer extension (v2) holds a DER UTF8String.
-        raw = issuer.encode()
-        der = b"\x0c" + bytes([len(raw)]) + raw
-        leaf = cert(
-            "sigstore",
-            leaf_key,
-            "sigstore-like root",
-            root_key,
-            False,
-            [
-                (x509.SubjectAlternativeName([x509.RFC822Name("signer@example.com")]), True),
-                (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), False),
-                (x509.UnrecognizedExtension(ObjectIdentifier("1.3.6.1.4.1.57264.1.8"), der), False),
-            ],
-        )
-        write_key(leaf_key, out / "leaf.key", None)
-        (out / "leaf.pem").write_bytes(pem(leaf))
-        (out / "fulcio_root.pem").write_bytes(pem(root))
-        cfg = model_signing.signing.Config().use_certificate_signer(
-            private_key=out / "leaf.key", signing_certificate=out / "leaf.pem", certificate_chain=[out / "fulcio_root.pem"]
-        )
-        cfg.set_hashing_config(hashing())
-        cfg.sign(d, d / "model.sig")
-        # Reshape the verification material as a Sigstore bundle carries
-        # it: the leaf alone, and a transparency-log entry. The DSSE
-        # signature covers only the payload, so it still holds.
-        b = json.loads((d / "model.sig").read_text())
-        entry, tlog = log_entry(b, leaf, argv[3] if len(argv) > 3 else None)
-        b["mediaType"] = "application/vnd.dev.sigstore.bundle.v0.3+json"
-        b["verificationMaterial"] = {
-            "certificate": {"rawBytes": base64.b64encode(leaf.public_bytes(serialization.Encoding.DER)).decode()},
-            "tlogEntries": [entry],
-        }
-        (d / "model.sig").write_text(json.dumps(b))
-        trusted = {
-            "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
-            "tlogs": [tlog],
-            "certificateAuthorities": [
-                {
-                    "subject": {"organization": "bundlescope", "commonName": "sigstore-like root"},
-                    "uri": "https://ca.example.com",
-                    "certChain": {"certificates": [{"rawBytes": base64.b64encode(root.public_bytes(serialization.Encoding.DER)).decode()}]},
-                    "validFor": {"start": "2020-01-01T00:00:00Z"},
-                }
-            ],
-            "ctlogs": [],
-            "timestampAuthorities": [],
-        }
-        (out / "trusted_root.json").write_text(json.dumps(trusted))
+    elif cmd in ("sigstore-like", "sigstore-v2"):
+        sigstore_bundle(pathlib.Path(argv[1]), pathlib.Path(argv[2]), argv[3] if len(argv) > 3 else None, cmd == "sigstore-v2")
     elif cmd == "sigstore-verify":
         from sigstore._internal.trust import KeyringPurpose
         from sigstore.models import Bundle, TrustedRoot
-        from sigstore.verify.verifier import _validate_dsse_v001_entry_body
+        from sigstore.verify.verifier import (
+            Verifier,
+            _validate_dsse_v001_entry_body,
+            _validate_hashedrekord_v002_dsse_entry_body,
+        )
 
         try:
             b = Bundle.from_json((pathlib.Path(argv[1]) / "model.sig").read_text())
             root = TrustedRoot.from_file(argv[2])
+            v = Verifier(trusted_root=root)
+            # The verifier's own steps, less the SCT (the test leaf has
+            # none) and the identity policy.
+            times = v._establish_time(b)
+            if not times:
+                raise ValueError("no verified source of time")
             b.log_entry._verify(root.rekor_keyring(KeyringPurpose.VERIFY))
-            _validate_dsse_v001_entry_body(b)
+            kv = b.log_entry._inner.kind_version
+            if (kv.kind, kv.version) == ("hashedrekord", "0.0.2"):
+                _validate_hashedrekord_v002_dsse_entry_body(b)
+            else:
+                _validate_dsse_v001_entry_body(b)
+            if argv[3:] == ["chain"]:
+                for t in times:
+                    v._verify_chain_at_time(b.signing_certificate, t)
         except Exception as e:  # the tool's verdict, whatever raised it
             print(f"FAIL {type(e).__name__}: {e}")
             return 1
