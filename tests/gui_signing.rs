@@ -108,3 +108,39 @@ fn a_file_signed_by_shards_says_it_was_read_but_not_hashed_whole() {
     assert!(g.shows("read; not hashed whole (signed shards)"));
     assert!(!g.shows("… pending"));
 }
+
+#[test]
+fn a_sigstore_trusted_root_picked_as_the_root_verifies_a_rekor_v2_bundle() {
+    if !oms::available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("m");
+    assert_eq!(common::cli(&["sample", dir.to_str().unwrap()]).code, 0);
+    let out = tmp.path().join("sg");
+    oms::oms_ok(&["sigstore-v2", dir.to_str().unwrap(), out.to_str().unwrap()]);
+    let mut g = gui();
+    g.open(&dir);
+    // No trusted root yet: the identity, and never "verified".
+    assert!(g.shows("Signature: signed (sigstore, signer@example.com)"));
+    assert!(g.shows("NOT verified"));
+    // The trusted root picked with Root… (a JSON file, not a PEM): the
+    // chain, the v2 log entry and the RFC 3161 timestamp verify.
+    g.send(Command::SetSigningFile(
+        TrustFile::Root,
+        out.join("trusted_root.json"),
+    ));
+    g.harness.step();
+    g.finish();
+    assert!(
+        g.shows("Signature: signed by signer@example.com (sigstore), 2 files, all digests match"),
+        "not verified"
+    );
+    assert!(
+        g.shows("trusted root "),
+        "the picked trusted root is not listed"
+    );
+    // Remembered for the folder: opened again, still verified.
+    g.open(&dir);
+    assert!(g.shows("all digests match"), "not remembered");
+}

@@ -398,8 +398,13 @@ impl App {
                 .add_filter("PEM public key", &["pem", "pub", "key"])
                 .pick_file(),
             DialogKind::CertRoot => rfd::FileDialog::new()
-                .set_title("Choose a trusted root certificate (PEM)")
-                .add_filter("PEM certificate", &["pem", "crt", "cer"])
+                .set_title(
+                    "Choose a trusted root: a certificate (PEM) or a Sigstore trusted_root.json",
+                )
+                .add_filter(
+                    "PEM certificate or Sigstore trusted root",
+                    &["pem", "crt", "cer", "json"],
+                )
                 .pick_file(),
         });
         match job {

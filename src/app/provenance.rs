@@ -172,6 +172,9 @@ pub(super) fn signature_line_ui(
     let r = ui.add(egui::Label::new(RichText::new(&text).strong().color(color)).wrap());
     if let Some(s) = sig {
         let mut tip = format!("{}\n{}", s.file, s.media_type.clone().unwrap_or_default());
+        for t in &s.signing_times {
+            tip.push_str(&format!("\nsigned at {t}"));
+        }
         for n in &s.not_verified {
             tip.push_str(&format!("\nnot verified: {n}"));
         }
@@ -190,7 +193,8 @@ pub(super) fn signing_trust_ui(
     use super::Command;
     use super::signing::TrustFile;
     let signed = s.model.signature.is_some();
-    if !signed && trust.keys.is_empty() && trust.roots.is_empty() {
+    let nothing = trust.keys.is_empty() && trust.roots.is_empty() && trust.trusted_root.is_none();
+    if !signed && nothing {
         return;
     }
     ui.add_space(6.0);
@@ -205,12 +209,12 @@ pub(super) fn signing_trust_ui(
         }
         if ui
             .button("Root…")
-            .on_hover_text("Pick a trusted root certificate (PEM); remembered for this folder")
+            .on_hover_text("Pick a trusted root certificate (PEM), or a Sigstore trusted_root.json for the sigstore method; remembered for this folder")
             .clicked()
         {
             tx.send(Command::PickSigningFile(TrustFile::Root));
         }
-        if (!trust.keys.is_empty() || !trust.roots.is_empty())
+        if !nothing
             && ui
                 .button("Forget")
                 .on_hover_text("Forget the keys and roots remembered for this folder")
@@ -229,6 +233,13 @@ pub(super) fn signing_trust_ui(
     for r in &trust.roots {
         ui.label(
             RichText::new(format!("root {}", r.display()))
+                .monospace()
+                .weak(),
+        );
+    }
+    if let Some(t) = &trust.trusted_root {
+        ui.label(
+            RichText::new(format!("trusted root {}", t.display()))
                 .monospace()
                 .weak(),
         );

@@ -18,6 +18,8 @@ const KEY: &str = "bundlescope.signing";
 struct Picked {
     keys: Vec<PathBuf>,
     roots: Vec<PathBuf>,
+    /// A Sigstore `trusted_root.json` (one: a later pick replaces it).
+    trusted_root: Option<PathBuf>,
 }
 
 /// Which kind of file was picked.
@@ -25,8 +27,29 @@ struct Picked {
 pub enum TrustFile {
     /// A public key (`--key`).
     Key,
-    /// A root certificate (`--cert-root`).
+    /// A root certificate (`--cert-root`), or a Sigstore trusted root
+    /// (`--trusted-root`) when the file is JSON.
     Root,
+}
+
+/// Whether a picked root is a Sigstore `trusted_root.json` (by extension,
+/// else by its first non-blank byte) rather than a PEM certificate.
+pub fn is_trusted_root(file: &Path) -> bool {
+    if file
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+    {
+        return true;
+    }
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(file)
+        .and_then(|mut f| f.read(&mut head))
+        .unwrap_or(0);
+    head[..n]
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{')
 }
 
 /// Keys and roots per bundle folder.
@@ -56,13 +79,17 @@ impl SigningTrust {
         TrustPaths {
             keys: p.keys,
             roots: p.roots,
-            trusted_root: None,
+            trusted_root: p.trusted_root,
         }
     }
 
     /// Remembers `file` for the bundle at `path` (once).
     pub fn add(&mut self, path: &Path, kind: TrustFile, file: PathBuf) {
         let p = self.by_folder.entry(folder(path)).or_default();
+        if kind == TrustFile::Root && is_trusted_root(&file) {
+            p.trusted_root = Some(file);
+            return;
+        }
         let list = match kind {
             TrustFile::Key => &mut p.keys,
             TrustFile::Root => &mut p.roots,
