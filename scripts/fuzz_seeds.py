@@ -185,6 +185,17 @@ def oms_seeds():
         put("oms_signature", "sigstore.sig", read(os.path.join(d, "model.sig")))
         with open(os.path.join(trust, "fulcio_root.pem"), "wb") as f:
             f.write(read(os.path.join(ss, "fulcio_root.pem")))
+        # Rekor v2: a hashedrekord 0.0.2 entry under an Ed25519 checkpoint
+        # and an RFC 3161 timestamp; the target verifies both with the log
+        # key and timestamp authority of this trusted root.
+        ss2 = os.path.join(tmp, "sigstore-v2-out")
+        d = os.path.join(tmp, "sigstore-v2")
+        oms_model(d)
+        oms("sigstore-v2", d, ss2)
+        put("oms_signature", "sigstore-v2.sig", read(os.path.join(d, "model.sig")))
+        v2 = json.loads(read(os.path.join(ss2, "trusted_root.json")))
+        with open(os.path.join(trust, "sigstore_v2_root.json"), "w") as f:
+            json.dump({"tlogs": v2["tlogs"], "timestampAuthorities": v2["timestampAuthorities"]}, f, indent=1)
 
 
 def main():

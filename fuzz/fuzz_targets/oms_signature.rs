@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use bundlescope::signing::crypto::{Cert, PublicKey, pem_blocks};
-use bundlescope::signing::{self, Trust, folder};
+use bundlescope::signing::{self, Trust, folder, timestamp, tlog};
 use bundlescope::util::cancel::CancelToken;
 use libfuzzer_sys::fuzz_target;
 
@@ -24,6 +24,8 @@ fn trust() -> &'static Trust {
                 .map(|b| Cert::from_der(&b.expect("seed PEM")).expect("a seed root"))
                 .collect()
         };
+        let v2: serde_json::Value =
+            serde_json::from_str(include_str!("../oms/sigstore_v2_root.json")).expect("seed JSON");
         Trust {
             keys: vec![
                 ("key-p256.pub.pem".into(), key(include_str!("../oms/key-p256.pub.pem"))),
@@ -31,13 +33,13 @@ fn trust() -> &'static Trust {
             ],
             roots: certs(include_str!("../oms/root.pem")),
             sigstore_roots: Some(certs(include_str!("../oms/fulcio_root.pem"))),
-            // No log key: an entry stops at the log lookup (the entry's
-            // own parsing is fuzzed up to there; its proofs and checkpoint
-            // have unit tests of malformed input in src/signing/tlog.rs).
-            sigstore_logs: Vec::new(),
-            // No timestamp authority: a bundle's timestamps stop there
-            // (their own parsing has the byte-flip test of tests/signing.rs).
-            sigstore_tsas: Vec::new(),
+            // The Rekor v2 seed's log key (Ed25519) and timestamp
+            // authority: its entry, checkpoint and RFC 3161 timestamp are
+            // verified all the way. The v1 seed's entry stops at the log
+            // lookup (its proofs and checkpoint have unit tests of
+            // malformed input in src/signing/tlog.rs).
+            sigstore_logs: tlog::log_keys(&v2).expect("the seed log key"),
+            sigstore_tsas: timestamp::authorities(&v2).expect("the seed TSA"),
         }
     })
 }

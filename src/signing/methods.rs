@@ -252,8 +252,13 @@ pub(super) fn cert_method(
     match logged {
         // Without a trusted root there are no log keys: say so, every time.
         None => {
+            let stamps = match b.timestamps.len() {
+                0 => String::new(),
+                1 => ", its RFC 3161 timestamp".to_string(),
+                n => format!(", its {n} RFC 3161 timestamps"),
+            };
             let what = format!(
-                "the transparency-log entry ({} in the bundle: inclusion proof and signed entry timestamp), and so the signing time",
+                "the transparency-log entry ({} in the bundle){stamps}, and so the signing time",
                 b.tlog.len()
             );
             c.findings.push(
