@@ -309,6 +309,21 @@ pub fn cases() -> Vec<OmsCase> {
                 out.join("trusted_root.json").display().to_string(),
             ])
         }),
+        err("oms.timestamp", key, |s| {
+            // Logged the Rekor v2 way; the RFC 3161 timestamp's signature
+            // is by a key other than the authority's.
+            let out = s.work.join("sg");
+            oms_ok(&[
+                "sigstore-v2",
+                s.dir.to_str().unwrap(),
+                out.to_str().unwrap(),
+                "tsa-sig",
+            ]);
+            Some(vec![
+                "--trusted-root".into(),
+                out.join("trusted_root.json").display().to_string(),
+            ])
+        }),
     ]
 }
 

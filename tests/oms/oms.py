@@ -145,6 +145,18 @@ def audit_path(m, leaves):
     return audit_path(m - k, leaves[k:]) + [tree_head(leaves[:k])]
 
 
+def inclusion_proof(index, size, root, path, envelope):
+    """A bundle's inclusionProof: the audit path of leaf `index` of a tree
+    of `size` up to `root`, and the checkpoint (signed note) `envelope`."""
+    return {
+        "logIndex": str(index),
+        "rootHash": b64(root),
+        "treeSize": str(size),
+        "hashes": [b64(h) for h in path],
+        "checkpoint": {"envelope": envelope},
+    }
+
+
 def log_entry(bundle, leaf, defect):
     """A Rekor-v1-shaped dsse 0.0.1 entry for `bundle`, logged at index 6
     of an 11-leaf tree by a fresh P-256 log key; returns (entry, tlog) where
@@ -192,13 +204,7 @@ def log_entry(bundle, leaf, defect):
         "kindVersion": {"kind": "dsse", "version": "0.0.1"},
         "integratedTime": str(t),
         "inclusionPromise": {"signedEntryTimestamp": b64(log_key.sign(set_msg, ec.ECDSA(hashes.SHA256())))},
-        "inclusionProof": {
-            "logIndex": str(index),
-            "rootHash": b64(root),
-            "treeSize": str(size),
-            "hashes": [b64(h) for h in path],
-            "checkpoint": {"envelope": envelope},
-        },
+        "inclusionProof": inclusion_proof(index, size, root, path, envelope),
         "canonicalizedBody": b64(body),
     }
     tlog = {
@@ -347,13 +353,7 @@ def log_entry_v2(bundle, leaf, defect):
         "logIndex": str(index),
         "logId": {"keyId": b64(log_id)},
         "kindVersion": {"kind": "hashedrekord", "version": "0.0.2"},
-        "inclusionProof": {
-            "logIndex": str(index),
-            "rootHash": b64(root),
-            "treeSize": str(size),
-            "hashes": [b64(h) for h in path],
-            "checkpoint": {"envelope": envelope},
-        },
+        "inclusionProof": inclusion_proof(index, size, root, path, envelope),
         "canonicalizedBody": b64(body),
     }
     tlog = {
