@@ -336,6 +336,15 @@ fn assert_fails_with(
     );
 }
 
+/// A copy of the trusted root `root` (in `tmp`) whose list `key` is empty.
+fn root_without(root: &str, tmp: &std::path::Path, key: &str) -> String {
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(root).unwrap()).unwrap();
+    v[key] = serde_json::json!([]);
+    let other = tmp.join(format!("no_{key}.json"));
+    std::fs::write(&other, v.to_string()).unwrap();
+    other.display().to_string()
+}
+
 #[test]
 fn a_rekor_v2_bundle_verifies_by_its_timestamp_and_each_broken_part_is_named() {
     if !oms::available() {
@@ -472,11 +481,7 @@ fn a_timestamp_without_an_authority_in_the_trusted_root_is_not_a_signing_time() 
         return;
     }
     let (dir, root, tmp) = sigstore_v2(None);
-    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&root).unwrap()).unwrap();
-    v["timestampAuthorities"] = serde_json::json!([]);
-    let other = tmp.path().join("no_tsa.json");
-    std::fs::write(&other, v.to_string()).unwrap();
-    let other = other.display().to_string();
+    let other = root_without(&root, tmp.path(), "timestampAuthorities");
     let run = cli(&[
         "audit",
         dir.to_str().unwrap(),
@@ -587,16 +592,13 @@ fn a_log_the_trusted_root_does_not_list_is_named() {
         return;
     }
     let (dir, root, tmp) = sigstore_like(None);
-    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&root).unwrap()).unwrap();
-    v["tlogs"] = serde_json::json!([]);
-    let other = tmp.path().join("no_logs.json");
-    std::fs::write(&other, v.to_string()).unwrap();
+    let other = root_without(&root, tmp.path(), "tlogs");
     let run = cli(&[
         "audit",
         dir.to_str().unwrap(),
         "--json",
         "--trusted-root",
-        other.to_str().unwrap(),
+        &other,
     ]);
     let r = run.json();
     assert_eq!(run.code, 1);

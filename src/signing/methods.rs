@@ -189,11 +189,7 @@ pub(super) fn cert_method(
         }
         stamps_ok = stamps(c, b, trust, &mut times);
     }
-    let ats = if times.is_empty() {
-        vec![nb]
-    } else {
-        times.clone()
-    };
+    let ats: &[u64] = if times.is_empty() { &[nb] } else { &times };
     let chain_ok = match roots {
         None => {
             let (what, flag) = if sigstore {
@@ -222,7 +218,7 @@ pub(super) fn cert_method(
         }
         Some(roots) => {
             let mut ok = true;
-            for &at in &ats {
+            for &at in ats {
                 match crypto::verify_chain(chain, roots, at) {
                     Ok(root) => {
                         if !sigstore {

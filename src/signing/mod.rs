@@ -149,7 +149,6 @@ impl Trust {
 fn trusted_root(
     bytes: &[u8],
 ) -> Result<(Vec<Cert>, Vec<tlog::LogKey>, Vec<timestamp::Authority>), String> {
-    use base64::Engine as _;
     let v = crate::format::json::parse_bounded(bytes).map_err(|e| format!("not JSON: {e}"))?;
     let cas = v
         .get("certificateAuthorities")
@@ -157,27 +156,53 @@ fn trusted_root(
         .ok_or("no certificateAuthorities array")?;
     let mut out = Vec::new();
     for (i, ca) in cas.iter().enumerate().take(64) {
-        let certs = ca
-            .pointer("/certChain/certificates")
-            .and_then(|c| c.as_array())
-            .ok_or(format!(
-                "certificateAuthorities[{i}].certChain.certificates is missing"
-            ))?;
-        for c in certs.iter().take(16) {
-            let raw = c
-                .get("rawBytes")
-                .and_then(|r| r.as_str())
-                .ok_or("a certificate without rawBytes")?;
-            let der = base64::engine::general_purpose::STANDARD
-                .decode(raw)
-                .map_err(|e| format!("rawBytes is not base64: {e}"))?;
-            out.push(Cert::from_der(&der)?);
-        }
+        out.extend(cert_chain(ca, &format!("certificateAuthorities[{i}]"))?);
     }
     if out.is_empty() {
         return Err("no certificate authority".into());
     }
     Ok((out, tlog::log_keys(&v)?, timestamp::authorities(&v)?))
+}
+
+/// The certificates of a trusted-root entry's `certChain` (at most 16;
+/// `field` names the entry in messages).
+fn cert_chain(entry: &serde_json::Value, field: &str) -> Result<Vec<Cert>, String> {
+    use base64::Engine as _;
+    let certs = entry
+        .pointer("/certChain/certificates")
+        .and_then(serde_json::Value::as_array)
+        .ok_or(format!("{field}.certChain.certificates is missing"))?;
+    let mut chain = Vec::new();
+    for (j, c) in certs.iter().enumerate().take(16) {
+        let at = format!("{field}.certChain.certificates[{j}]");
+        let raw = c
+            .get("rawBytes")
+            .and_then(serde_json::Value::as_str)
+            .ok_or(format!("{at} has no rawBytes"))?;
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(raw)
+            .map_err(|e| format!("{at}: rawBytes is not base64: {e}"))?;
+        chain.push(Cert::from_der(&der).map_err(|e| format!("{at}: {e}"))?);
+    }
+    Ok(chain)
+}
+
+/// `start` and `end` of a trusted root's `validFor` object (absent or
+/// null: unbounded), in seconds since the epoch; `field` names it in
+/// messages.
+fn valid_for(
+    v: Option<&serde_json::Value>,
+    field: &str,
+) -> Result<(Option<u64>, Option<u64>), String> {
+    let when = |k: &str| match v.and_then(|v| v.get(k)) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(t) => t
+            .as_str()
+            .and_then(tlog::rfc3339)
+            .map(Some)
+            .ok_or(format!("{field}.{k} is not an RFC 3339 time")),
+    };
+    Ok((when("start")?, when("end")?))
 }
 
 /// Which OMS signing method a bundle uses.

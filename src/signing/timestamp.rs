@@ -40,7 +40,6 @@ pub struct Authority {
 
 /// The `timestampAuthorities` of a trusted root.
 pub fn authorities(root: &Value) -> Result<Vec<Authority>, String> {
-    use base64::Engine as _;
     let Some(list) = root.get("timestampAuthorities") else {
         return Ok(Vec::new());
     };
@@ -49,49 +48,21 @@ pub fn authorities(root: &Value) -> Result<Vec<Authority>, String> {
         .ok_or("timestampAuthorities is not an array")?;
     let mut out = Vec::new();
     for (i, a) in list.iter().enumerate().take(64) {
-        let certs = a
-            .pointer("/certChain/certificates")
-            .and_then(Value::as_array)
-            .ok_or(format!(
-                "timestampAuthorities[{i}].certChain.certificates is missing"
-            ))?;
-        let mut chain = Vec::new();
-        for (j, c) in certs.iter().enumerate().take(16) {
-            let raw = c.get("rawBytes").and_then(Value::as_str).ok_or(format!(
-                "timestampAuthorities[{i}].certChain.certificates[{j}] has no rawBytes"
-            ))?;
-            let der = base64::engine::general_purpose::STANDARD
-                .decode(raw)
-                .map_err(|e| {
-                    format!("timestampAuthorities[{i}].certChain.certificates[{j}]: {e}")
-                })?;
-            chain.push(Cert::from_der(&der).map_err(|e| {
-                format!("timestampAuthorities[{i}].certChain.certificates[{j}]: {e}")
-            })?);
-        }
-        let when = |k: &str| -> Result<Option<u64>, String> {
-            match a.pointer(&format!("/validFor/{k}")) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_str()
-                    .and_then(super::tlog::rfc3339)
-                    .map(Some)
-                    .ok_or(format!(
-                        "timestampAuthorities[{i}].validFor.{k} is not an RFC 3339 time"
-                    )),
-            }
-        };
+        let field = format!("timestampAuthorities[{i}]");
+        let chain = super::cert_chain(a, &field)?;
+        let (valid_from, valid_to) =
+            super::valid_for(a.get("validFor"), &format!("{field}.validFor"))?;
         let name = a
             .get("uri")
             .and_then(Value::as_str)
             .map(|u| u.chars().take(200).collect())
             .or_else(|| chain.first().map(Cert::subject))
-            .unwrap_or_else(|| format!("timestampAuthorities[{i}]"));
+            .unwrap_or(field);
         out.push(Authority {
             chain,
             name,
-            valid_from: when("start")?,
-            valid_to: when("end")?,
+            valid_from,
+            valid_to,
         });
     }
     Ok(out)
@@ -209,21 +180,21 @@ pub fn verify(resp_der: &[u8], message: &[u8], authorities: &[Authority]) -> Res
     let [si] = infos.as_slice() else {
         return Err(format!("the token has {} signers, not one", infos.len()));
     };
-    let is_signer = |c: &Cert| -> bool {
+    let is_signer = |c: &x509_cert::Certificate| -> bool {
         match &si.sid {
             SignerIdentifier::IssuerAndSerialNumber(is) => {
-                c.cert.tbs_certificate.issuer == is.issuer
-                    && c.cert.tbs_certificate.serial_number == is.serial_number
+                c.tbs_certificate.issuer == is.issuer
+                    && c.tbs_certificate.serial_number == is.serial_number
             }
             SignerIdentifier::SubjectKeyIdentifier(ski) => matches!(
-                c.cert.tbs_certificate.get::<x509_cert::ext::pkix::SubjectKeyIdentifier>(),
+                c.tbs_certificate.get::<x509_cert::ext::pkix::SubjectKeyIdentifier>(),
                 Ok(Some((_, k))) if k == *ski
             ),
         }
     };
     let Some(auth) = authorities
         .iter()
-        .find(|a| a.chain.first().is_some_and(is_signer))
+        .find(|a| a.chain.first().is_some_and(|c| is_signer(&c.cert)))
     else {
         let who = match &si.sid {
             SignerIdentifier::IssuerAndSerialNumber(is) => {
@@ -243,17 +214,14 @@ pub fn verify(resp_der: &[u8], message: &[u8], authorities: &[Authority]) -> Res
     // trusted root names.
     if let Some(set) = &sd.certificates {
         for c in set.0.iter() {
-            if let cms::cert::CertificateChoices::Certificate(c) = c {
-                let der = c.to_der().map_err(|e| e.to_string())?;
-                if let Ok(c) = Cert::from_der(&der)
-                    && is_signer(&c)
-                    && c.der != leaf.der
-                {
-                    return Err(format!(
-                        "the certificate the token embeds for its signer is not the one --trusted-root gives for {}",
-                        auth.name
-                    ));
-                }
+            if let cms::cert::CertificateChoices::Certificate(c) = c
+                && is_signer(c)
+                && *c != leaf.cert
+            {
+                return Err(format!(
+                    "the certificate the token embeds for its signer is not the one --trusted-root gives for {}",
+                    auth.name
+                ));
             }
         }
     }

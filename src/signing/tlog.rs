@@ -95,14 +95,10 @@ pub fn log_keys(root: &Value) -> Result<Vec<LogKey>, String> {
             Some(s) => b64(s).map_err(|e| format!("tlogs[{i}].logId.keyId: {e}"))?,
             None => Sha256::digest(&der).to_vec(),
         };
-        let when = |k: &str| -> Result<Option<u64>, String> {
-            match t.pointer(&format!("/publicKey/validFor/{k}")) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => v.as_str().and_then(rfc3339).map(Some).ok_or(format!(
-                    "tlogs[{i}].publicKey.validFor.{k} is not an RFC 3339 time"
-                )),
-            }
-        };
+        let (valid_from, valid_to) = super::valid_for(
+            t.pointer("/publicKey/validFor"),
+            &format!("tlogs[{i}].publicKey.validFor"),
+        )?;
         out.push(LogKey {
             log_id,
             key: LogVerifier::from_spki_der(&der),
@@ -113,8 +109,8 @@ pub fn log_keys(root: &Value) -> Result<Vec<LogKey>, String> {
                 .chars()
                 .take(200)
                 .collect(),
-            valid_from: when("start")?,
-            valid_to: when("end")?,
+            valid_from,
+            valid_to,
         });
     }
     Ok(out)

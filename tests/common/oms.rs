@@ -213,6 +213,17 @@ pub struct OmsCase {
     pub make: fn(&Signed) -> Option<Vec<String>>,
 }
 
+/// Re-signs the sample the Sigstore way (`how`: oms.py sigstore-like or
+/// sigstore-v2) with `defect`; the audit arguments give its trusted root.
+fn logged(s: &Signed, how: &str, defect: &str) -> Option<Vec<String>> {
+    let out = s.work.join("sg");
+    oms_ok(&[how, s.dir.to_str().unwrap(), out.to_str().unwrap(), defect]);
+    Some(vec![
+        "--trusted-root".into(),
+        out.join("trusted_root.json").display().to_string(),
+    ])
+}
+
 /// One case per `oms.*` check.
 pub fn cases() -> Vec<OmsCase> {
     fn err(check: &'static str, how: How, make: fn(&Signed) -> Option<Vec<String>>) -> OmsCase {
@@ -294,35 +305,13 @@ pub fn cases() -> Vec<OmsCase> {
             std::fs::write(s.dir.join("extra.bin"), [0u8; 8]).unwrap();
             None
         }),
-        err("oms.tlog", key, |s| {
-            // Signed and logged the Sigstore way, but the signed entry
-            // timestamp is over another integration time.
-            let out = s.work.join("sg");
-            oms_ok(&[
-                "sigstore-like",
-                s.dir.to_str().unwrap(),
-                out.to_str().unwrap(),
-                "set",
-            ]);
-            Some(vec![
-                "--trusted-root".into(),
-                out.join("trusted_root.json").display().to_string(),
-            ])
-        }),
+        // Signed and logged the Sigstore way, but the signed entry
+        // timestamp is over another integration time.
+        err("oms.tlog", key, |s| logged(s, "sigstore-like", "set")),
+        // Logged the Rekor v2 way; the RFC 3161 timestamp's signature is
+        // by a key other than the authority's.
         err("oms.timestamp", key, |s| {
-            // Logged the Rekor v2 way; the RFC 3161 timestamp's signature
-            // is by a key other than the authority's.
-            let out = s.work.join("sg");
-            oms_ok(&[
-                "sigstore-v2",
-                s.dir.to_str().unwrap(),
-                out.to_str().unwrap(),
-                "tsa-sig",
-            ]);
-            Some(vec![
-                "--trusted-root".into(),
-                out.join("trusted_root.json").display().to_string(),
-            ])
+            logged(s, "sigstore-v2", "tsa-sig")
         }),
     ]
 }

@@ -157,6 +157,20 @@ def inclusion_proof(index, size, root, path, envelope):
     }
 
 
+def tlog_record(url, spki, key_details, log_id):
+    """The trusted root's record of a test log (in service since 2020)."""
+    return {
+        "baseUrl": url,
+        "hashAlgorithm": "SHA2_256",
+        "publicKey": {
+            "rawBytes": b64(spki),
+            "keyDetails": key_details,
+            "validFor": {"start": "2020-01-01T00:00:00Z"},
+        },
+        "logId": {"keyId": b64(log_id)},
+    }
+
+
 def log_entry(bundle, leaf, defect):
     """A Rekor-v1-shaped dsse 0.0.1 entry for `bundle`, logged at index 6
     of an 11-leaf tree by a fresh P-256 log key; returns (entry, tlog) where
@@ -207,17 +221,7 @@ def log_entry(bundle, leaf, defect):
         "inclusionProof": inclusion_proof(index, size, root, path, envelope),
         "canonicalizedBody": b64(body),
     }
-    tlog = {
-        "baseUrl": "https://log.example.com",
-        "hashAlgorithm": "SHA2_256",
-        "publicKey": {
-            "rawBytes": b64(spki),
-            "keyDetails": "PKIX_ECDSA_P256_SHA_256",
-            "validFor": {"start": "2020-01-01T00:00:00Z"},
-        },
-        "logId": {"keyId": b64(log_id)},
-    }
-    return entry, tlog
+    return entry, tlog_record("https://log.example.com", spki, "PKIX_ECDSA_P256_SHA_256", log_id)
 
 
 def timestamp(message, defect):
@@ -356,17 +360,7 @@ def log_entry_v2(bundle, leaf, defect):
         "inclusionProof": inclusion_proof(index, size, root, path, envelope),
         "canonicalizedBody": b64(body),
     }
-    tlog = {
-        "baseUrl": "https://" + origin,
-        "hashAlgorithm": "SHA2_256",
-        "publicKey": {
-            "rawBytes": b64(spki),
-            "keyDetails": "PKIX_ED25519",
-            "validFor": {"start": "2020-01-01T00:00:00Z"},
-        },
-        "logId": {"keyId": b64(log_id)},
-    }
-    return entry, tlog
+    return entry, tlog_record("https://" + origin, spki, "PKIX_ED25519", log_id)
 
 
 def sigstore_bundle(d, out, defect, v2):
