@@ -751,7 +751,7 @@ fn the_upstream_test_vectors_verify_offline_and_the_tool_agrees() {
             let st = c.statement.unwrap();
             assert_eq!(st.single_file, single.is_some(), "{v}");
             match single {
-                Some(f) => folder::compare_file(&dir.join(f), &st, None, &cancel),
+                Some(f) => folder::compare_file(&dir.join(f), &st, &Default::default(), &cancel),
                 None => folder::compare(dir, &st, Some(&sig), &Default::default(), false, &cancel),
             }
         };

@@ -77,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
             model().path(),
             s,
             None,
-            &HashMap::new(),
+            &folder::Known::default(),
             false,
             &CancelToken::default(),
         );

@@ -91,6 +91,19 @@ pub enum Event {
         /// SHA-256 of exactly its `[offset, offset + bytes)` (lower-case hex).
         sha256: String,
     },
+    /// A shard of a file that a signature by shards covers was hashed in
+    /// the pass (only with [`Options::shards`]; the audit keeps these for
+    /// the signed manifest and does not pass them on).
+    ShardHashed {
+        /// Index into the bundle's files.
+        file: usize,
+        /// First byte of the shard.
+        start: u64,
+        /// One past its last byte.
+        end: u64,
+        /// Its digest, in the signature's hash type.
+        digest: Vec<u8>,
+    },
     /// What the audit measured of a calibrated GPTQ-Q4 overlay's
     /// provenance (once, after the pass; only for that format).
     Provenance(Box<crate::format::gptq::ProvenanceReport>),
@@ -160,6 +173,12 @@ pub struct Options {
     /// audit sets it itself: a signature by shards hashes every byte of
     /// those files (on every core), and nothing expects their whole digest.
     pub skip_file_sha256: Vec<usize>,
+    /// The shard size and hash type of a signature by shards whose shards
+    /// the pass hashes itself, for the files in `skip_file_sha256`
+    /// ([`Event::ShardHashed`]): each such file is read once, its shards
+    /// on every core, each hashed and scanned in the same read. The audit
+    /// sets it itself.
+    pub shards: Option<(u64, crate::signing::statement::HashType)>,
 }
 
 /// Where events go. Must be cheap: it is called from the pass.
@@ -255,34 +274,60 @@ pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
         .as_ref()
         .map(|p| p.skippable(&bundle, options))
         .unwrap_or_default();
+    // Those files' shards are hashed by the pass itself, in its one read,
+    // each shard while it is scanned (unless tensor ranges are hashed too:
+    // that stream needs the file in order).
+    let shards_in_pass = if skip.is_empty() || options.range_hashes {
+        None
+    } else {
+        signed.as_ref().and_then(signature::Pending::shards)
+    };
     let options = &Options {
         skip_file_sha256: skip,
+        shards: shards_in_pass,
         ..options.clone()
     };
-    // The pass's SHA-256 of each payload file, for the signed manifest.
-    let hashed = std::sync::Mutex::new(std::collections::HashMap::new());
+    // The pass's SHA-256 of each payload file and its shards' digests, for
+    // the signed manifest.
+    let hashed = std::sync::Mutex::new(signature::Hashed::default());
     let gather = |e: Event| {
-        if signed.is_some()
-            && let Event::FileHashed {
+        match &e {
+            Event::FileHashed {
                 file,
                 sha256: Some(sha256),
                 ..
-            } = &e
-            && let Ok(mut h) = hashed.lock()
-        {
-            h.insert(*file, sha256.clone());
+            } if signed.is_some() => {
+                if let Ok(mut h) = hashed.lock() {
+                    h.files.insert(*file, sha256.clone());
+                }
+            }
+            Event::ShardHashed {
+                file,
+                start,
+                end,
+                digest,
+            } => {
+                if let Ok(mut h) = hashed.lock() {
+                    h.shards.insert((*file, *start, *end), digest.clone());
+                }
+                return;
+            }
+            _ => {}
         }
         emit(e);
     };
     let (passed, beside) = std::thread::scope(|scope| {
-        let beside = signed.as_ref().filter(|p| p.by_shards()).map(|p| {
-            let bundle = &bundle;
-            std::thread::Builder::new()
-                .name("bundlescope-shards".into())
-                .spawn_scoped(scope, move || {
-                    signature::compare(p, bundle, &Default::default(), options, cancel)
-                })
-        });
+        let beside = signed
+            .as_ref()
+            .filter(|p| p.by_shards() && shards_in_pass.is_none())
+            .map(|p| {
+                let bundle = &bundle;
+                std::thread::Builder::new()
+                    .name("bundlescope-shards".into())
+                    .spawn_scoped(scope, move || {
+                        signature::compare(p, bundle, &Default::default(), options, cancel)
+                    })
+            });
         let passed = audit_bundle(&bundle, options, cancel, &gather);
         let beside = match beside {
             // A thread that cannot start: the shards are hashed after the pass.

@@ -22,6 +22,8 @@ use super::scan::Scanner;
 use super::{CancelToken, CheckId, Event, Failure, FileStart, Finding, Options, Sink};
 use crate::format::payload::open_regular;
 use crate::format::{Bundle, PayloadFile, error_chain, hex, sha256_hex};
+use crate::signing::folder::{Hasher, read_at};
+use crate::signing::statement::HashType;
 
 /// Default bytes per chunk handed from the reader to the scanners.
 pub const CHUNK_BYTES: usize = 4 << 20;
@@ -97,13 +99,29 @@ pub fn payload(
         list.sort_by_key(|s| s.start);
     }
 
-    let jobs: Vec<_> = opened
+    let (by_shards, jobs): (Vec<_>, Vec<_>) = opened
         .into_iter()
         .zip(scanners)
         .enumerate()
         .filter_map(|(i, (o, s))| o.map(|(file, id)| (i, file, id, s)))
-        .collect();
+        .partition(|(i, ..)| {
+            options.shards.is_some()
+                && !options.range_hashes
+                && options.skip_file_sha256.contains(i)
+        });
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Files a signature by shards covers: one at a time, each on every core.
+    if let Some(shards) = options.shards {
+        for (i, file, id, scanners) in by_shards {
+            if cancel.is_cancelled() {
+                break;
+            }
+            let info = &bundle.files[i];
+            scan_file_by_shards(
+                bundle, i, info, file, &id, scanners, shards, cores, options, cancel, emit,
+            )?;
+        }
+    }
     let parallel = cores.clamp(1, jobs.len().max(1));
     // Every core has a file of its own: no core is left for the scanners.
     #[cfg(test)]
@@ -430,8 +448,34 @@ fn scan_file(
         // A hasher that died leaves the file unhashed: say so, never a silent pass.
         read_error = Some("the hasher thread stopped before the end".into());
     }
+    let unfinished: Vec<Scanner> = active.into_iter().chain(pending).collect();
+    let end = (offset, read_error, digest, unfinished);
+    conclude(bundle, (index, info), end, options, cancel, emit);
+    Ok(())
+}
+
+/// Where a file's read stopped, why (its read error), its digest, and the
+/// scanners it left unfinished.
+type ReadEnded = (
+    u64,
+    Option<String>,
+    Option<Option<FileDigest>>,
+    Vec<Scanner>,
+);
+
+/// The end of a file's read: the tensors it never reached, its read error,
+/// and its digest against what the folder or `--expect` says. `offset` is
+/// where the read stopped; `digest` is `None` when it did not reach the
+/// end, `Some(None)` when it did without hashing.
+fn conclude(
+    bundle: &Bundle,
+    (index, info): (usize, &PayloadFile),
+    (offset, read_error, digest, mut unfinished): ReadEnded,
+    options: &Options,
+    cancel: &CancelToken,
+    emit: Sink,
+) {
     // Tensors the payload never reached.
-    let mut unfinished: Vec<Scanner> = active.into_iter().chain(pending).collect();
     unfinished.sort_by_key(|s| s.start);
     if !cancel.is_cancelled()
         && read_error.is_none()
@@ -461,7 +505,7 @@ fn scan_file(
     }
 
     if cancel.is_cancelled() {
-        return Ok(());
+        return;
     }
     if let Some(msg) = read_error {
         emit(Event::Finding(
@@ -469,10 +513,10 @@ fn scan_file(
                 .field(info.name.clone())
                 .offset(offset),
         ));
-        return Ok(());
+        return;
     }
     let Some(digest) = digest else {
-        return Ok(());
+        return;
     };
     let Some(digest) = digest else {
         emit(Event::FileHashed {
@@ -481,7 +525,7 @@ fn scan_file(
             sha256: None,
             ok: None,
         });
-        return Ok(());
+        return;
     };
     let sha = hex(&digest);
     // `audit --expect FILE=HEX` wins over what the folder says.
@@ -524,7 +568,6 @@ fn scan_file(
         sha256: Some(sha),
         ok,
     });
-    Ok(())
 }
 
 /// The reader-hasher on a thread of its own, the scanners on this one
@@ -671,6 +714,238 @@ fn read_hash_scan(
     }
 }
 
+/// Finished tensors of a file read by shards, passed on in the order of
+/// their start (the order a front-to-back read finishes them in), so the
+/// events of a file read by shards are those of a front-to-back read.
+struct InOrder {
+    /// Every scanner's `(start, tensor)`, sorted.
+    keys: Vec<(u64, usize)>,
+    /// The next key to pass on.
+    next: usize,
+    waiting: std::collections::BTreeMap<(u64, usize), super::scan::ScanOutcome>,
+}
+
+impl InOrder {
+    fn done(&mut self, bundle: &Bundle, s: Scanner, emit: Sink) {
+        let key = (s.start, s.tensor);
+        self.waiting.insert(key, s.finish());
+        while let Some(&key) = self.keys.get(self.next) {
+            let Some(out) = self.waiting.remove(&key) else {
+                break;
+            };
+            self.next += 1;
+            emit_tensor(bundle, key.1, out, emit);
+        }
+    }
+
+    /// Passes on the rest (a file that ended early leaves gaps).
+    fn flush(&mut self, bundle: &Bundle, emit: Sink) {
+        for ((_, index), out) in std::mem::take(&mut self.waiting) {
+            emit_tensor(bundle, index, out, emit);
+        }
+    }
+}
+
+/// Where a shard's read stopped short, and why (`None`: the file ended).
+type Short = (u64, Option<String>);
+
+/// A file that a signature by shards covers, and whose whole-file digest
+/// nothing needs: read once, its shards spread over `cores` threads, each
+/// shard read, hashed (its digest an [`Event::ShardHashed`]) and scanned a
+/// [`READ_PIECE`] at a time, while the piece is in that core's cache. A
+/// tensor is scanned by the thread of the shard it starts in, which reads
+/// on past the shard's end (without hashing) until the tensor ends.
+#[allow(clippy::too_many_arguments)]
+fn scan_file_by_shards(
+    bundle: &Bundle,
+    index: usize,
+    info: &PayloadFile,
+    file: File,
+    id: &Ident,
+    scanners: Vec<Scanner>,
+    (shard_size, hash_type): (u64, HashType),
+    cores: usize,
+    options: &Options,
+    cancel: &CancelToken,
+    emit: Sink,
+) -> Result<(), Failure> {
+    let len = id.len;
+    let shard_size = shard_size.max(1);
+    let count = usize::try_from(len.div_ceil(shard_size)).unwrap_or(usize::MAX);
+    let mut keys: Vec<(u64, usize)> = scanners.iter().map(|s| (s.start, s.tensor)).collect();
+    keys.sort_unstable();
+    // Each shard's scanners: those whose tensor starts in it. Tensors that
+    // start at or past the end are never reached.
+    let mut work: std::collections::VecDeque<(u64, Vec<Scanner>)> =
+        std::collections::VecDeque::new();
+    let mut left = Vec::new();
+    let mut shard = 0u64;
+    let mut iter = scanners.into_iter().peekable();
+    while shard < len {
+        let end = (shard + shard_size).min(len);
+        let mut mine = Vec::new();
+        while let Some(s) = iter.next_if(|s| s.start < end) {
+            mine.push(s);
+        }
+        work.push_back((shard, mine));
+        shard = end;
+    }
+    left.extend(iter);
+    let work = Mutex::new(work);
+    let left = Mutex::new(left);
+    let order = Mutex::new(InOrder {
+        keys,
+        next: 0,
+        waiting: Default::default(),
+    });
+    let short: Mutex<Option<Short>> = Mutex::new(None);
+    let hashed = std::sync::atomic::AtomicU64::new(0);
+    let started = Instant::now();
+    let progress = |n: u64| {
+        let done = hashed.fetch_add(n, Ordering::Relaxed) + n;
+        let secs = started.elapsed().as_secs_f64().max(1e-9);
+        emit(Event::HashProgress {
+            file: index,
+            done,
+            total: len,
+            bytes_per_s: done as f64 / secs,
+        });
+    };
+    let failed: Mutex<Option<Failure>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for w in 0..cores.clamp(1, count.max(1)) {
+            let (file, work, left, order, short, progress) =
+                (&file, &work, &left, &order, &short, &progress);
+            let started = spawn_named(&format!("bundlescope-shard-{index}-{w}"), |b| {
+                b.spawn_scoped(scope, move || {
+                    let mut buf = vec![0u8; READ_PIECE];
+                    loop {
+                        let next = work.lock().ok().and_then(|mut q| q.pop_front());
+                        let Some((a, mine)) = next else { break };
+                        if cancel.is_cancelled() {
+                            break;
+                        }
+                        let b = (a + shard_size).min(len);
+                        let end = read_shard(
+                            bundle,
+                            (index, file, hash_type),
+                            (a, b),
+                            mine,
+                            &mut buf,
+                            (order, progress),
+                            cancel,
+                            emit,
+                        );
+                        if let Ok(mut l) = left.lock() {
+                            l.extend(end.0);
+                        }
+                        if let Some(stop) = end.1
+                            && let Ok(mut s) = short.lock()
+                            && s.as_ref().is_none_or(|(at, _)| stop.0 < *at)
+                        {
+                            *s = Some(stop);
+                        }
+                    }
+                })
+            });
+            if let Err(f) = started
+                && let Ok(mut slot) = failed.lock()
+            {
+                slot.get_or_insert(f);
+            }
+        }
+    });
+    if let Some(f) = failed.into_inner().ok().flatten() {
+        return Err(f);
+    }
+    if let Ok(mut o) = order.lock() {
+        o.flush(bundle, emit);
+    }
+    let short = short.into_inner().ok().flatten();
+    let (offset, read_error) = match short {
+        Some((at, error)) => (at, error),
+        None => (len, None),
+    };
+    let digest = if read_error.is_some() {
+        None
+    } else {
+        Some(None)
+    };
+    let unfinished = left.into_inner().unwrap_or_default();
+    let end = (offset, read_error, digest, unfinished);
+    conclude(bundle, (index, info), end, options, cancel, emit);
+    Ok(())
+}
+
+/// One shard `[a, b)` of a file read by shards (see
+/// [`scan_file_by_shards`]): the scanners it never finished (the file
+/// ended first), and where and why it stopped short, if it did.
+#[allow(clippy::too_many_arguments)]
+fn read_shard(
+    bundle: &Bundle,
+    (index, file, hash_type): (usize, &File, HashType),
+    (a, b): (u64, u64),
+    mine: Vec<Scanner>,
+    buf: &mut [u8],
+    (order, progress): (&Mutex<InOrder>, &(dyn Fn(u64) + Sync)),
+    cancel: &CancelToken,
+    emit: Sink,
+) -> (Vec<Scanner>, Option<Short>) {
+    let mut pending: std::collections::VecDeque<Scanner> = mine.into();
+    let mut active: Vec<Scanner> = Vec::new();
+    let mut hasher = Some(Hasher::new(hash_type));
+    let mut pos = a;
+    let mut unreported = 0u64;
+    let stop = loop {
+        if cancel.is_cancelled() {
+            break Some((pos, Some("stopped".into())));
+        }
+        // The shard's own bytes, then on past its end for the tensor that
+        // started in it.
+        let limit = if hasher.is_some() {
+            b
+        } else {
+            active.iter().map(|s| s.end).max().unwrap_or(pos)
+        };
+        if pos >= limit {
+            match hasher.take() {
+                Some(h) => {
+                    progress(std::mem::take(&mut unreported));
+                    emit(Event::ShardHashed {
+                        file: index,
+                        start: a,
+                        end: b,
+                        digest: h.finish(),
+                    });
+                    continue;
+                }
+                None => break None,
+            }
+        }
+        let want = usize::try_from(limit - pos).map_or(buf.len(), |n| n.min(buf.len()));
+        let n = match read_at(file, &mut buf[..want], pos) {
+            Ok(0) => break Some((pos, None)),
+            Ok(n) => n,
+            Err(e) => break Some((pos, Some(format!("read error at byte {pos}: {e}")))),
+        };
+        let data = &buf[..n];
+        if let Some(h) = &mut hasher {
+            h.update(data);
+            unreported += n as u64;
+            if unreported >= CHUNK_BYTES as u64 {
+                progress(std::mem::take(&mut unreported));
+            }
+        }
+        feed(&mut pending, &mut active, data, pos, |s| {
+            if let Ok(mut o) = order.lock() {
+                o.done(bundle, s, emit);
+            }
+        });
+        pos += n as u64;
+    };
+    (active.into_iter().chain(pending).collect(), stop)
+}
+
 /// Feeds `data`, the file's bytes from offset `a`, to every scanner whose
 /// range it reaches (moving those it reaches first from `pending` to
 /// `active`), and finishes each scanner it completes.
@@ -682,6 +957,20 @@ fn feed_scanners(
     a: u64,
     emit: Sink,
 ) {
+    feed(pending, active, data, a, |s| {
+        let index = s.tensor;
+        emit_tensor(bundle, index, s.finish(), emit);
+    });
+}
+
+/// [`feed_scanners`], handing each scanner it completes to `finished`.
+fn feed(
+    pending: &mut std::collections::VecDeque<Scanner>,
+    active: &mut Vec<Scanner>,
+    data: &[u8],
+    a: u64,
+    mut finished: impl FnMut(Scanner),
+) {
     let b = a + data.len() as u64;
     while pending.front().is_some_and(|s| s.start < b) {
         if let Some(s) = pending.pop_front() {
@@ -691,7 +980,7 @@ fn feed_scanners(
     // Finished scanners leave in one sweep that keeps the others' order
     // (removing each on its own shifted the rest: a chunk holding 32,768
     // tiny tensors moved gigabytes).
-    let finished = active.extract_if(.., |s| {
+    let done = active.extract_if(.., |s| {
         let from = s.start.max(a).max(s.end - s.remaining());
         let to = s.end.min(b);
         if from < to {
@@ -699,14 +988,13 @@ fn feed_scanners(
         }
         s.remaining() == 0
     });
-    for s in finished {
-        finish_tensor(bundle, s, emit);
+    for s in done {
+        finished(s);
     }
 }
 
-fn finish_tensor(bundle: &Bundle, s: Scanner, emit: Sink) {
-    let index = s.tensor;
-    let out = s.finish();
+/// A finished tensor's checks, findings and statistics.
+fn emit_tensor(bundle: &Bundle, index: usize, out: super::scan::ScanOutcome, emit: Sink) {
     let name = &bundle.tensors[index].name;
     let ok = out.findings.is_empty();
     use crate::format::Layout;
@@ -893,6 +1181,117 @@ mod tests {
             assert!(threaded.iter().filter(|l| l.starts_with("tensor ")).count() > 2);
             assert_eq!(inline, threaded, "chunk {chunk}");
         }
+    }
+
+    /// Shard digests by `(start, end)`.
+    type Digests = Vec<(u64, u64, Vec<u8>)>;
+
+    /// What the pass reports of `path` with no whole-file digest, read
+    /// front to back (`shards` `None`) or by shards of that many bytes:
+    /// the tensors in the order they finished, every event as a line
+    /// (sorted), and the shard digests, by start.
+    fn by_shards(
+        path: &std::path::Path,
+        shards: Option<u64>,
+    ) -> (Vec<usize>, Vec<String>, Digests) {
+        let bundle = crate::format::open(path).unwrap();
+        let options = Options {
+            skip_file_sha256: (0..bundle.files.len()).collect(),
+            shards: shards.map(|n| (n, HashType::Sha256)),
+            ..Options::default()
+        };
+        let events = Mutex::new(Vec::new());
+        payload(&bundle, &options, &CancelToken::default(), &|e: Event| {
+            events.lock().unwrap().push(e)
+        })
+        .unwrap();
+        let (mut order, mut lines, mut digests) = (Vec::new(), Vec::new(), Vec::new());
+        for e in events.into_inner().unwrap() {
+            lines.push(match e {
+                Event::FileHashed {
+                    file,
+                    bytes,
+                    sha256,
+                    ok,
+                } => format!("file {file} {bytes} {sha256:?} {ok:?}"),
+                Event::TensorDone {
+                    tensor, ok, stats, ..
+                } => {
+                    order.push(tensor);
+                    format!("tensor {tensor} {ok} {stats:?}")
+                }
+                Event::Finding(f) => format!("finding {f:?}"),
+                Event::Passed { check, tensor } => format!("passed {check:?} {tensor:?}"),
+                Event::ShardHashed {
+                    file,
+                    start,
+                    end,
+                    digest,
+                } => {
+                    assert_eq!(file, 0);
+                    digests.push((start, end, digest));
+                    continue;
+                }
+                _ => continue,
+            });
+        }
+        lines.sort();
+        digests.sort();
+        (order, lines, digests)
+    }
+
+    /// Reading a file by shards (on every core, each tensor scanned by the
+    /// shard it starts in) gives the audit a front-to-back read gives, in
+    /// the same order, and each shard's digest is the SHA-256 of exactly
+    /// its bytes (hashed here from the file).
+    #[test]
+    fn reading_by_shards_gives_the_audit_a_front_to_back_read_gives() {
+        use sha2::{Digest, Sha256};
+        let tmp = tempfile::tempdir().unwrap();
+        let audio8 = tmp.path().join("audio8");
+        crate::sample::write(&audio8, &crate::sample::SampleOptions::default()).unwrap();
+        let gguf = tmp.path().join("m.gguf");
+        crate::sample::gguf::write(&gguf, 3).unwrap();
+        // The same audio8 bundle, its payload cut inside a tensor.
+        let cut = tmp.path().join("cut");
+        crate::sample::write(&cut, &crate::sample::SampleOptions::default()).unwrap();
+        let payload_path = crate::format::open(&cut).unwrap().files[0].path.clone();
+        let whole = fs::read(&payload_path).unwrap();
+        fs::write(&payload_path, &whole[..whole.len() * 2 / 3]).unwrap();
+        for path in [&audio8, &gguf, &cut] {
+            let bytes = fs::read(&crate::format::open(path).unwrap().files[0].path).unwrap();
+            let len = bytes.len() as u64;
+            let (order, lines, none) = by_shards(path, None);
+            assert!(none.is_empty());
+            assert!(order.len() > 2, "{}", path.display());
+            // Shards that cut tensors (and blocks) anywhere; one shard.
+            for size in [4099, 1 << 20, len + 1] {
+                let (o, l, digests) = by_shards(path, Some(size));
+                assert_eq!(o, order, "{} by {size}", path.display());
+                assert_eq!(l, lines, "{} by {size}", path.display());
+                let mut at = 0;
+                for (a, b, d) in &digests {
+                    assert_eq!((*a, *b), (at, (at + size).min(len)));
+                    let want = Sha256::digest(&bytes[*a as usize..*b as usize]);
+                    assert_eq!(d.as_slice(), want.as_slice(), "{a}..{b}");
+                    at = *b;
+                }
+                assert_eq!(
+                    at,
+                    len,
+                    "{} by {size}: the shards cover the file",
+                    path.display()
+                );
+            }
+        }
+        // The cut payload is reported as such both ways.
+        let (_, lines, _) = by_shards(&cut, Some(4099));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("payload.length") && l.contains("inside this tensor")),
+            "{lines:?}"
+        );
     }
 
     #[test]

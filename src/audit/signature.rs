@@ -81,6 +81,17 @@ impl Pending {
         })
     }
 
+    /// The shard size and hash type of a signature by shards.
+    pub(super) fn shards(&self) -> Option<(u64, signing::statement::HashType)> {
+        let s = self.checked.statement.as_ref()?;
+        match s.serialization.method {
+            signing::statement::Method::Shards { shard_size } => {
+                Some((shard_size, s.serialization.hash_type))
+            }
+            signing::statement::Method::Files => None,
+        }
+    }
+
     /// The payload files whose whole-file SHA-256 the pass can skip: every
     /// byte of them is in a shard of a signature by shards, and no
     /// manifest, hash list or `--expect` gives their digest.
@@ -111,25 +122,47 @@ impl Pending {
     }
 }
 
+/// What the pass hashed that the signed manifest can use: payload file
+/// index to its SHA-256 hex (for the `files` method), and `(file index,
+/// start, end)` to a shard's digest (for `shards`).
+#[derive(Default)]
+pub(super) struct Hashed {
+    pub(super) files: HashMap<usize, String>,
+    pub(super) shards: HashMap<(usize, u64, u64), Vec<u8>>,
+}
+
 /// Compares the signed manifest with the folder (or the one signed file),
-/// using `hashed` (payload file index to the pass's SHA-256 hex, for the
-/// `files` method). `None` when the statement could not be read.
+/// using what the pass `hashed`. `None` when the statement could not be read.
 pub(super) fn compare(
     p: &Pending,
     bundle: &Bundle,
-    hashed: &HashMap<usize, String>,
+    hashed: &Hashed,
     options: &Options,
     cancel: &CancelToken,
 ) -> Option<signing::folder::Compared> {
     let statement = p.checked.statement.as_ref()?;
     let dir = folder_of(bundle);
-    let mut known = HashMap::new();
-    for (i, hex) in hashed {
+    // A single-file signature knows its file by its name alone.
+    let name_of = |path: &Path| match (statement.single_file, &p.target) {
+        (true, Some(t)) => (path.canonicalize().ok() == t.canonicalize().ok())
+            .then(|| t.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .flatten(),
+        _ => relative(&dir, path),
+    };
+    let mut known = signing::folder::Known::default();
+    for (i, hex) in &hashed.files {
         if let Some(f) = bundle.files.get(*i)
-            && let Some(rel) = relative(&dir, &f.path)
+            && let Some(name) = name_of(&f.path)
             && let Some(d) = signing::statement::decode_hex(hex)
         {
-            known.insert(rel, d);
+            known.sha256.insert(name, d);
+        }
+    }
+    for ((i, a, b), d) in &hashed.shards {
+        if let Some(f) = bundle.files.get(*i)
+            && let Some(name) = name_of(&f.path)
+        {
+            known.ranges.insert((name, *a, *b), d.clone());
         }
     }
     Some(match (statement.single_file, &p.target) {
@@ -141,11 +174,7 @@ pub(super) fn compare(
             options.ignore_unsigned,
             cancel,
         ),
-        (true, Some(file)) => {
-            let rel = relative(&dir, file);
-            let known = rel.and_then(|r| known.get(&r));
-            signing::folder::compare_file(file, statement, known, cancel)
-        }
+        (true, Some(file)) => signing::folder::compare_file(file, statement, &known, cancel),
         (true, None) => signing::folder::Compared {
             findings: vec![
                 Finding::error(
@@ -229,4 +258,114 @@ fn relative(dir: &Path, file: &Path) -> Option<String> {
     let f = file.canonicalize().ok()?;
     let rel = f.strip_prefix(&d).ok()?;
     Some(rel.to_string_lossy().replace('\\', "/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signing::statement::{HashType, Method, Resource, Serialization, Statement};
+
+    /// A statement signing `files` (relative name, length) by shards of
+    /// `size` bytes, every digest 32 bytes of 7 (what no file hashes to).
+    fn by_shards(files: &[(&str, u64)], size: u64, single_file: bool) -> Statement {
+        let mut resources = Vec::new();
+        for &(path, len) in files {
+            let mut a = 0;
+            while a < len {
+                let b = (a + size).min(len);
+                resources.push(Resource {
+                    name: format!("{path}:{a}:{b}"),
+                    path: path.to_string(),
+                    range: Some((a, b)),
+                    digest: vec![7; 32],
+                });
+                a = b;
+            }
+        }
+        Statement {
+            predicate_type: signing::statement::PREDICATE_V1.into(),
+            model_name: "m".into(),
+            root_digest: None,
+            serialization: Serialization {
+                method: Method::Shards { shard_size: size },
+                hash_type: HashType::Sha256,
+                allow_symlinks: false,
+                ignore_paths: Vec::new(),
+            },
+            resources,
+            single_file,
+        }
+    }
+
+    /// The shard digests the pass hands over (by payload file index) reach
+    /// the signed manifest under the names it gives the files: a folder's
+    /// relative paths, or the one signed file. With them nothing is read
+    /// (the digests here match the statement, not the files); without them
+    /// every shard is read and differs.
+    #[test]
+    fn the_pass_shard_digests_reach_the_signed_manifest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let gguf = tmp.path().join("one").join("m.gguf");
+        std::fs::create_dir_all(gguf.parent().unwrap()).unwrap();
+        crate::sample::gguf::write(&gguf, 3).unwrap();
+        let folder = tmp.path().join("mlx");
+        let o = crate::sample::mlxlm::MlxLmOptions {
+            shards: 2,
+            ..Default::default()
+        };
+        crate::sample::mlxlm::write(&folder, &o, None).unwrap();
+        let (trust, _) = signing::Trust::load(&Default::default());
+        let options = Options {
+            ignore_unsigned: true,
+            ..Options::default()
+        };
+        let cancel = CancelToken::default();
+        for (audited, single) in [(&gguf, true), (&folder, false)] {
+            let bundle = crate::format::open(audited).unwrap();
+            let files: Vec<(String, u64)> = bundle
+                .files
+                .iter()
+                .map(|f| {
+                    let name = if single {
+                        signing::statement::SINGLE_FILE.to_string()
+                    } else {
+                        relative(&folder, &f.path).unwrap()
+                    };
+                    (name, std::fs::metadata(&f.path).unwrap().len())
+                })
+                .collect();
+            let named: Vec<(&str, u64)> = files.iter().map(|(n, l)| (n.as_str(), *l)).collect();
+            let size = files[0].1 / 3 + 1;
+            let statement = by_shards(&named, size, single);
+            let shards = statement.resources.len();
+            assert!(shards >= 3);
+            let sig = tmp.path().join("model.sig");
+            let mut checked = signing::check_file(&sig, &trust);
+            checked.statement = Some(statement);
+            let p = Pending {
+                path: sig,
+                checked,
+                target: single.then(|| audited.clone()),
+            };
+            let read = compare(&p, &bundle, &Hashed::default(), &options, &cancel).unwrap();
+            let digest = read
+                .findings
+                .iter()
+                .filter(|f| f.check == checks::OMS_DIGEST)
+                .count();
+            assert_eq!(digest, shards, "{:?}", read.findings);
+            let mut hashed = Hashed::default();
+            for (i, (_, len)) in files.iter().enumerate() {
+                let mut a = 0;
+                while a < *len {
+                    let b = (a + size).min(*len);
+                    hashed.shards.insert((i, a, b), vec![7; 32]);
+                    a = b;
+                }
+            }
+            let known = compare(&p, &bundle, &hashed, &options, &cancel).unwrap();
+            assert!(known.findings.is_empty(), "{:?}", known.findings);
+            assert_eq!(known.matched, shards);
+        }
+    }
 }

@@ -296,6 +296,8 @@ impl ReportBuilder {
                     *h = Some(sha256.clone());
                 }
             }
+            // The audit keeps these for the signed manifest.
+            Event::ShardHashed { .. } => {}
             Event::Provenance(p) => self.gptq = Some(p.clone()),
             Event::Signature(s) => self.signature = Some((**s).clone()),
             Event::Finished(r) => self.outcome = Some(r.clone()),

@@ -23,6 +23,18 @@ const GIT_PATHS: &[&str] = &[".git", ".gitattributes", ".github", ".gitignore"];
 /// while it is still in this core's cache (as the pass's reader does).
 const CHUNK: usize = 256 << 10;
 
+/// Digests the audit's pass already computed, so the comparison does not
+/// read those bytes again: whole files' SHA-256 (for the `files` method)
+/// and shard ranges hashed in the pass's own read (for `shards`).
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    /// A relative path to the pass's SHA-256 of the whole file.
+    pub sha256: HashMap<String, Vec<u8>>,
+    /// `(relative path, start, end)` to the digest of that range, in the
+    /// serialization's hash type.
+    pub ranges: HashMap<(String, u64, u64), Vec<u8>>,
+}
+
 /// What the comparison found.
 #[derive(Debug, Clone, Default)]
 pub struct Compared {
@@ -144,14 +156,16 @@ fn walk(dir: &Path, ignore: &[String], allow_symlinks: bool, out: &mut Compared)
     files
 }
 
-enum Hasher {
+/// One digest stream of a serialization's hash type.
+pub enum Hasher {
     Sha256(sha2::Sha256),
     Blake2b(Box<blake2::Blake2b512>),
     Blake3(Box<blake3::Hasher>),
 }
 
 impl Hasher {
-    fn new(t: HashType) -> Self {
+    /// A fresh stream.
+    pub fn new(t: HashType) -> Self {
         use sha2::Digest;
         match t {
             HashType::Sha256 => Hasher::Sha256(sha2::Sha256::new()),
@@ -160,7 +174,8 @@ impl Hasher {
         }
     }
 
-    fn update(&mut self, b: &[u8]) {
+    /// Hashes the next bytes.
+    pub fn update(&mut self, b: &[u8]) {
         use sha2::Digest;
         match self {
             Hasher::Sha256(h) => h.update(b),
@@ -171,7 +186,8 @@ impl Hasher {
         }
     }
 
-    fn finish(self) -> Vec<u8> {
+    /// The digest.
+    pub fn finish(self) -> Vec<u8> {
         use sha2::Digest;
         match self {
             Hasher::Sha256(h) => h.finalize().to_vec(),
@@ -213,8 +229,10 @@ fn hash_range(
     Ok(h.finish())
 }
 
+/// Reads at `at` without moving the file's cursor (so threads can share
+/// one open file), retrying an interrupted read.
 #[cfg(unix)]
-fn read_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+pub(crate) fn read_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
     use std::os::unix::fs::FileExt;
     loop {
         match f.read_at(buf, at) {
@@ -225,20 +243,21 @@ fn read_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
 }
 
 #[cfg(not(unix))]
-fn read_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+pub(crate) fn read_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
     use std::os::windows::fs::FileExt;
     f.seek_read(buf, at)
 }
 
-/// Compares the statement's resources with `dir`. `known_sha256` maps a
-/// relative path to the SHA-256 the audit's pass already computed (used
-/// for the `files` method with `sha256`, so payload files are not read
-/// twice). `signature` is the signature file, never counted as unsigned.
+/// Compares the statement's resources with `dir`. `known` holds what the
+/// audit's pass already hashed (whole files' SHA-256 for the `files`
+/// method with `sha256`, shard ranges for `shards`), so payload files are
+/// not read twice. `signature` is the signature file, never counted as
+/// unsigned.
 pub fn compare(
     dir: &Path,
     statement: &Statement,
     signature: Option<&Path>,
-    known_sha256: &HashMap<String, Vec<u8>>,
+    known: &Known,
     ignore_unsigned: bool,
     cancel: &CancelToken,
 ) -> Compared {
@@ -305,7 +324,7 @@ pub fn compare(
             dir.join(file),
             idx,
             statement,
-            known_sha256.get(*file),
+            known,
             &mut jobs,
             &mut out,
         );
@@ -317,14 +336,15 @@ pub fn compare(
 }
 
 /// Plans the hashing of one signed file's resources (`idx`): the pass's own
-/// SHA-256 when it fits, else one job per range; a shard range the file no
-/// longer has, or bytes no shard covers, is a finding.
+/// digests where it has them (`known`, by the name `file` has there), else
+/// one job per range; a shard range the file no longer has, or bytes no
+/// shard covers, is a finding.
 fn plan(
     file: &str,
     path: PathBuf,
     idx: &[usize],
     statement: &Statement,
-    known: Option<&Vec<u8>>,
+    known: &Known,
     jobs: &mut Vec<(usize, PathBuf, u64, u64)>,
     out: &mut Compared,
 ) {
@@ -334,7 +354,7 @@ fn plan(
         Method::Files => {
             let i = idx[0];
             if ser.hash_type == HashType::Sha256
-                && let Some(d) = known
+                && let Some(d) = known.sha256.get(file)
             {
                 compare_one(statement, i, d, out);
             } else {
@@ -354,9 +374,7 @@ fn plan(
                 .collect();
             have.sort();
             for &(a, b, i) in &have {
-                if want.contains(&(a, b)) {
-                    jobs.push((i, path.clone(), a, b));
-                } else {
+                if !want.contains(&(a, b)) {
                     out.findings.push(
                         Finding::error(
                             checks::OMS_MISSING,
@@ -365,6 +383,10 @@ fn plan(
                         .field(file.to_string())
                         .offset(a),
                     );
+                } else if let Some(d) = known.ranges.get(&(file.to_string(), a, b)) {
+                    compare_one(statement, i, d, out);
+                } else {
+                    jobs.push((i, path.clone(), a, b));
                 }
             }
             for &(a, b) in &want {
@@ -427,11 +449,12 @@ fn count_checked(checked_files: &[String], out: &mut Compared) {
 }
 
 /// Compares a single-file signature (every resource named `.`) with `file`,
-/// the one file the user audits. `known_sha256` is the pass's SHA-256 of it.
+/// the one file the user audits. `known` is what the pass hashed of it,
+/// under the file's name (its last path component).
 pub fn compare_file(
     file: &Path,
     statement: &Statement,
-    known_sha256: Option<&Vec<u8>>,
+    known: &Known,
     cancel: &CancelToken,
 ) -> Compared {
     let mut out = Compared::default();
@@ -446,7 +469,7 @@ pub fn compare_file(
         file.to_path_buf(),
         &idx,
         statement,
-        known_sha256,
+        known,
         &mut jobs,
         &mut out,
     );
@@ -537,7 +560,7 @@ mod tests {
             d,
             &st,
             None,
-            &HashMap::new(),
+            &Known::default(),
             false,
             &CancelToken::default(),
         );
@@ -564,8 +587,10 @@ mod tests {
         std::fs::write(tmp.path().join("w"), b"on disk").unwrap();
         let st = statement(&[("w", b"signed")]);
         // The pass's digest says "signed": it is taken as is.
-        let mut known = HashMap::new();
-        known.insert("w".to_string(), st.resources[0].digest.clone());
+        let mut known = Known::default();
+        known
+            .sha256
+            .insert("w".to_string(), st.resources[0].digest.clone());
         let out = compare(
             tmp.path(),
             &st,
@@ -580,7 +605,7 @@ mod tests {
             tmp.path(),
             &st,
             None,
-            &HashMap::new(),
+            &Known::default(),
             false,
             &CancelToken::default(),
         );
