@@ -292,11 +292,11 @@ pub fn expand_byte_counts(ty: GgmlType, table: &[u64; 256], codes: &mut [u64; 25
     }
 }
 
-/// Entries of a [`joint_codes`] table: a byte of low code bits joined with
+/// Entries of a [`joint_indices`] table: a byte of low code bits joined with
 /// up to four high bits taken from another byte.
 pub const JOINT_TABLE: usize = 4096;
 
-/// Whether `ty`'s codes are counted through [`joint_codes`]: the types whose
+/// Whether `ty`'s codes are counted through [`joint_indices`]: the types whose
 /// codes join a byte of low bits (two nibbles or four 2-bit fields) with
 /// high bits stored elsewhere in the block.
 pub fn has_joint_codes(ty: GgmlType) -> bool {
@@ -304,55 +304,74 @@ pub fn has_joint_codes(ty: GgmlType) -> bool {
     matches!(ty, T::Q5_0 | T::Q5_1 | T::Q5_K | T::Q3_K | T::Q6_K)
 }
 
-/// Calls `tally` with each joint index of one block of a [`has_joint_codes`]
-/// type: a low-bits byte with the high bits of the codes it holds (one
-/// index stands for two or four codes; [`expand_joint_counts`] turns a
-/// table of them into code counts). Half the work of unpacking every code.
+/// Most joint indices of one block ([`joint_indices`]).
+pub const MAX_JOINT: usize = 128;
+
+/// Writes the joint indices of one block of a [`has_joint_codes`] type to
+/// `out` and returns how many: each a low-bits byte with the high bits of
+/// the codes it holds (one index stands for two or four codes;
+/// [`expand_joint_counts`] turns a table of their counts into code counts).
+/// Half the work of unpacking every code, and each type's loop is plain
+/// lane-wise arithmetic the compiler vectorises; the caller's table
+/// increments are then the only serial step.
 #[inline(always)]
-pub fn joint_codes(ty: GgmlType, block: &[u8], mut tally: impl FnMut(usize)) {
+pub fn joint_indices(ty: GgmlType, block: &[u8], out: &mut [u16; MAX_JOINT]) -> usize {
     use GgmlType as T;
     match ty {
         T::Q5_0 | T::Q5_1 => {
             let off = if ty == T::Q5_0 { 2 } else { 4 };
             let qh =
                 u32::from_le_bytes([block[off], block[off + 1], block[off + 2], block[off + 3]]);
-            for (i, &b) in block[off + 4..off + 20].iter().enumerate() {
+            let qs: &[u8; 16] = block[off + 4..off + 20].try_into().unwrap_or(&[0; 16]);
+            for (i, (o, &b)) in out[..16].iter_mut().zip(qs).enumerate() {
                 let hb = ((qh >> i) & 1) | (((qh >> (i + 16)) & 1) << 1);
-                tally(usize::from(b) | (hb as usize) << 8);
+                *o = u16::from(b) | (hb as u16) << 8;
             }
+            16
         }
         T::Q5_K => {
-            let (qh, qs) = (&block[16..48], &block[48..176]);
+            let qh: &[u8; 32] = block[16..48].try_into().unwrap_or(&[0; 32]);
+            let qs = &block[48..176];
             for g in 0..4 {
-                for (&b, &h) in qs[g * 32..g * 32 + 32].iter().zip(qh) {
-                    tally(usize::from(b) | usize::from((h >> (2 * g)) & 3) << 8);
+                let o = &mut out[g * 32..g * 32 + 32];
+                for ((o, &b), &h) in o.iter_mut().zip(&qs[g * 32..g * 32 + 32]).zip(qh) {
+                    *o = u16::from(b) | u16::from((h >> (2 * g)) & 3) << 8;
                 }
             }
+            128
         }
         T::Q3_K => {
-            let (hmask, qs) = (&block[0..32], &block[32..96]);
+            let hmask: &[u8; 32] = block[0..32].try_into().unwrap_or(&[0; 32]);
+            let qs = &block[32..96];
             for g in 0..2 {
-                for (&b, &h) in qs[g * 32..g * 32 + 32].iter().zip(hmask) {
-                    tally(usize::from(b) | usize::from((h >> (4 * g)) & 0xf) << 8);
+                let o = &mut out[g * 32..g * 32 + 32];
+                for ((o, &b), &h) in o.iter_mut().zip(&qs[g * 32..g * 32 + 32]).zip(hmask) {
+                    *o = u16::from(b) | u16::from((h >> (4 * g)) & 0xf) << 8;
                 }
             }
+            64
         }
         T::Q6_K => {
             let (ql, qh) = (&block[0..128], &block[128..192]);
             for g in 0..2 {
                 let ql = &ql[g * 64..g * 64 + 64];
-                for (i, &h) in qh[g * 32..g * 32 + 32].iter().enumerate() {
-                    let h = usize::from(h);
-                    tally(usize::from(ql[i]) | (h & 3) << 8 | ((h >> 4) & 3) << 10);
-                    tally(usize::from(ql[32 + i]) | ((h >> 2) & 3) << 8 | ((h >> 6) & 3) << 10);
+                let qh = &qh[g * 32..g * 32 + 32];
+                let (lo, hi) = out[g * 64..g * 64 + 64].split_at_mut(32);
+                for ((o, &b), &h) in lo.iter_mut().zip(&ql[..32]).zip(qh) {
+                    *o = u16::from(b) | u16::from(h & 3) << 8 | u16::from((h >> 4) & 3) << 10;
+                }
+                for ((o, &b), &h) in hi.iter_mut().zip(&ql[32..]).zip(qh) {
+                    *o =
+                        u16::from(b) | u16::from((h >> 2) & 3) << 8 | u16::from((h >> 6) & 3) << 10;
                 }
             }
+            128
         }
-        _ => {}
+        _ => 0,
     }
 }
 
-/// Adds the code counts implied by `table` (counts of each [`joint_codes`]
+/// Adds the code counts implied by `table` (counts of each [`joint_indices`]
 /// index, [`JOINT_TABLE`] of them) to `codes`.
 pub fn expand_joint_counts(ty: GgmlType, table: &[u64], codes: &mut [u64; 256]) {
     use GgmlType as T;
@@ -615,7 +634,11 @@ mod tests {
                     want[usize::from(c)] += 1;
                 }
                 let mut table = vec![0u64; JOINT_TABLE];
-                joint_codes(ty, &block, |i| table[i] += 1);
+                let mut idx = [0u16; MAX_JOINT];
+                let k = joint_indices(ty, &block, &mut idx);
+                for &i in &idx[..k] {
+                    table[usize::from(i)] += 1;
+                }
                 let mut got = [0u64; 256];
                 expand_joint_counts(ty, &table, &mut got);
                 assert_eq!(got, want, "{}", ty.name());

@@ -9,8 +9,8 @@ use rayon::prelude::*;
 use super::tally::PARALLEL_MIN_BYTES;
 use crate::decode::f16_to_f32;
 use crate::decode::gguf::{
-    JOINT_TABLE, MAX_BLOCK, block_codes, block_sub_scales, byte_codes, code_format,
-    expand_byte_counts, expand_joint_counts, f16_fields, has_joint_codes, joint_codes,
+    JOINT_TABLE, MAX_BLOCK, MAX_JOINT, block_codes, block_sub_scales, byte_codes, code_format,
+    expand_byte_counts, expand_joint_counts, f16_fields, has_joint_codes, joint_indices,
     joint_zero_runs, sub_scale_format,
 };
 use crate::decode::stats::{self, CodeCounts, GgufStats, Quality, TensorStats};
@@ -124,10 +124,14 @@ impl Acc {
         if has_joint_codes(ty) {
             // A byte of low bits with its high bits: one increment for two
             // or four codes, expanded once per call.
-            let mut t = vec![0u32; JOINT_TABLE];
+            let mut t = [0u32; JOINT_TABLE];
+            let mut idx = [0u16; MAX_JOINT];
             let runs = joint_zero_runs(ty);
             self.each_block::<N>(ty, first, data, type_size, |b| {
-                joint_codes(ty, b, |i| t[i] += 1);
+                let n = joint_indices(ty, b, &mut idx);
+                for &i in &idx[..n] {
+                    t[usize::from(i) & (JOINT_TABLE - 1)] += 1;
+                }
                 runs.is_some_and(|runs| {
                     runs.iter()
                         .all(|&(off, len, v)| b[off..off + len].iter().all(|&x| x == v))
