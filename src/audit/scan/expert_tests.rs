@@ -179,3 +179,54 @@ fn nvfp4_codes_count_zero_groups_per_expert() {
         (0..3).map(naive).sum::<u64>()
     );
 }
+
+/// BF16 scales over many exponents: more than 64 distinct magnitudes, in
+/// many 256-key chunks of the key tables.
+fn wide_scales(n: usize, seed: u64) -> Vec<f32> {
+    noise(2 * n, seed)
+        .chunks(2)
+        .map(|c| (1.0 + f32::from(c[1]) / 256.0) * 2f32.powi(i32::from(c[0] % 40) - 30))
+        .collect()
+}
+
+#[test]
+fn key_tables_reused_from_an_earlier_tensor_start_empty() {
+    let (experts, rows, groups) = (3u64, 40u64, 16u64);
+    let per = (rows * groups) as usize;
+    let tensor = |vals: &[f32]| {
+        let bytes: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| crate::decode::f32_to_bf16(v).to_le_bytes())
+            .collect();
+        let t = info(
+            "m.scales",
+            vec![experts, rows, groups],
+            bytes.len(),
+            Layout::MlxParams {
+                dtype: DenseDtype::Bf16,
+                count: experts * rows * groups,
+            },
+        );
+        (t, bytes)
+    };
+    let vals = wide_scales(experts as usize * per, 77);
+    let (t, bytes) = tensor(&vals);
+    let first = scan(&t, &bytes, bytes.len());
+    // Another tensor's scales in between: its tables go back to this
+    // thread's pool and are handed to the next scan.
+    let (other, other_bytes) = tensor(&wide_scales(experts as usize * per, 5));
+    assert_ne!(scan(&other, &other_bytes, 7), first);
+    let again = scan(&t, &bytes, 13);
+    assert_eq!(again, first);
+    // Each expert's median is the one of its own scales, counted here.
+    let parts = first.experts.unwrap();
+    for (e, p) in parts.iter().enumerate() {
+        let mut mags: Vec<f64> = vals[e * per..(e + 1) * per]
+            .iter()
+            .map(|&v| f64::from(bf16_to_f32(crate::decode::f32_to_bf16(v))).abs())
+            .collect();
+        mags.sort_by(f64::total_cmp);
+        let want = mags[((mags.len() - 1) as f64 * 0.5).round() as usize];
+        assert_eq!(p.scale_median, Some(want), "expert {e}");
+    }
+}

@@ -322,7 +322,7 @@ impl KeyCounts {
         } else if self.few.len() < Self::FEW {
             self.few.push((key, n));
         } else {
-            self.all = vec![0; 1 << 15];
+            self.all = take_table(1 << 15);
             for (k, c) in self.few.drain(..) {
                 self.all[usize::from(k)] += c;
             }
@@ -334,14 +334,76 @@ impl KeyCounts {
     fn iter(&self) -> impl Iterator<Item = (u16, u32)> + '_ {
         let mut few = self.few.clone();
         few.sort_unstable();
-        let dense = self
-            .all
-            .iter()
-            .enumerate()
-            .filter(|&(_, &n)| n > 0)
-            .map(|(k, &n)| (k as u16, n));
+        let dense = nonzero_cells(&self.all).map(|(k, n)| (k as u16, n));
         few.into_iter().filter(|e| e.1 > 0).chain(dense)
     }
+}
+
+impl Drop for KeyCounts {
+    fn drop(&mut self) {
+        give_table(std::mem::take(&mut self.all));
+    }
+}
+
+/// Cells a chunk of a key table: chunks that hold no count are skipped
+/// whole (a tensor's scales span a few exponents of 2^15 keys).
+const CHUNK: usize = 256;
+
+/// The nonzero cells of `table`, `(index, count)` in index order.
+fn nonzero_cells(table: &[u32]) -> impl Iterator<Item = (usize, u32)> + '_ {
+    table
+        .chunks(CHUNK)
+        .enumerate()
+        .filter(|(_, c)| c.iter().fold(0, |a, &n| a | n) != 0)
+        .flat_map(|(i, c)| {
+            c.iter()
+                .enumerate()
+                .filter(|&(_, &n)| n > 0)
+                .map(move |(j, &n)| (i * CHUNK + j, n))
+        })
+}
+
+/// Zeroes the chunks of `table` that hold counts.
+fn clear_table(table: &mut [u32]) {
+    for c in table.chunks_mut(CHUNK) {
+        if c.iter().fold(0, |a, &n| a | n) != 0 {
+            c.fill(0);
+        }
+    }
+}
+
+/// Cleared key tables kept for the next tensor on this thread: a
+/// checkpoint of thousands of scales tensors would otherwise fault in and
+/// zero fresh 128 KiB tables for each.
+const POOLED: usize = 4;
+
+thread_local! {
+    static TABLES: std::cell::RefCell<Vec<Vec<u32>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A zeroed table of `len` cells, from this thread's pool when it has one.
+fn take_table(len: usize) -> Vec<u32> {
+    TABLES
+        .with(|p| {
+            let mut p = p.borrow_mut();
+            let i = p.iter().position(|t| t.len() == len)?;
+            Some(p.swap_remove(i))
+        })
+        .unwrap_or_else(|| vec![0; len])
+}
+
+/// Returns `table` to this thread's pool, cleared.
+fn give_table(mut table: Vec<u32>) {
+    if table.len() < CHUNK {
+        return;
+    }
+    clear_table(&mut table);
+    TABLES.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < POOLED {
+            p.push(table);
+        }
+    });
 }
 
 /// A stacked tensor's experts' scale statistics. An expert's scales are
@@ -366,6 +428,12 @@ struct ExpertKeys {
     parts: Vec<ExpertPart>,
 }
 
+impl Drop for ExpertKeys {
+    fn drop(&mut self) {
+        give_table(std::mem::take(&mut self.hist));
+    }
+}
+
 impl ExpertKeys {
     /// Summarises the current expert (its rows' maxima are `rows.0`, or
     /// their ranks `rows.1`: see [`RowOutliers::ranks`]) and clears the
@@ -374,12 +442,9 @@ impl ExpertKeys {
         let rows = usize::try_from(self.rows).unwrap_or(usize::MAX);
         let e = self.current;
         let half = (1u32 << self.shift) >> 1;
-        let values: Vec<(f64, u64)> = self
-            .hist
-            .iter()
-            .enumerate()
-            .filter(|&(bin, &n)| n > 0 && !(self.zero_bin && bin == 0))
-            .map(|(bin, &n)| {
+        let values: Vec<(f64, u64)> = nonzero_cells(&self.hist)
+            .filter(|&(bin, _)| !(self.zero_bin && bin == 0))
+            .map(|(bin, n)| {
                 let key = (((bin as u32) << self.shift) | half) as u16;
                 (f64::from((self.value)(key)), u64::from(n))
             })
@@ -402,7 +467,7 @@ impl ExpertKeys {
             .zero_bin
             .then(|| u64::from(self.hist.first().copied().unwrap_or(0)));
         self.parts.push(part);
-        self.hist.fill(0);
+        clear_table(&mut self.hist);
         self.current += 1;
     }
 
@@ -415,7 +480,7 @@ impl ExpertKeys {
         }
         if self.current == e && e < self.experts {
             if self.hist.is_empty() {
-                self.hist = vec![0; self.bins];
+                self.hist = take_table(self.bins);
             }
             Some(&mut self.hist)
         } else {
@@ -629,8 +694,11 @@ impl RowOutliers {
         let x = self.experts.as_mut()?;
         for (e, counts) in hists.iter().enumerate().take(x.experts) {
             x.current = e;
-            x.hist.clear();
-            x.hist.resize(x.bins, 0);
+            if x.hist.len() == x.bins {
+                clear_table(&mut x.hist);
+            } else {
+                x.hist = take_table(x.bins);
+            }
             for (b, &n) in counts.iter().enumerate() {
                 if let Some(bin) =
                     key(b as u8).and_then(|k| x.hist.get_mut(usize::from(k) >> x.shift))
