@@ -124,23 +124,6 @@ impl Dense {
     }
 }
 
-/// Cleared pattern histograms kept for the next tensor on this thread: a
-/// checkpoint of tens of thousands of tiny tensors would otherwise zero
-/// 256 KiB for each (a GGUF of 32,768 one-value tensors: 8 GiB of
-/// zeroing), where returning one clears only the blocks it touched.
-const POOLED: usize = 4;
-
-thread_local! {
-    static HISTS: std::cell::RefCell<Vec<Vec<u32>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// A zeroed histogram of 2^16 cells, from this thread's pool when it has one.
-fn take_hist() -> Vec<u32> {
-    HISTS
-        .with(|p| p.borrow_mut().pop())
-        .unwrap_or_else(|| vec![0; 1 << 16])
-}
-
 impl Drop for DenseAcc {
     fn drop(&mut self) {
         let mut hist = std::mem::take(&mut self.hist);
@@ -154,12 +137,7 @@ impl Drop for DenseAcc {
                 hist[block << 8..(block + 1) << 8].fill(0);
             }
         }
-        HISTS.with(|p| {
-            let mut p = p.borrow_mut();
-            if p.len() < POOLED {
-                p.push(hist);
-            }
-        });
+        super::pool::give_cleared(hist);
     }
 }
 
@@ -174,7 +152,7 @@ impl DenseAcc {
 
     fn values(&mut self, units: &[u8]) {
         if self.hist.is_empty() {
-            self.hist = take_hist();
+            self.hist = super::pool::take(1 << 16);
         }
         match self.dtype {
             DenseDtype::F16 | DenseDtype::Bf16 => {

@@ -44,6 +44,24 @@ fn scan(t: &TensorInfo, bytes: &[u8], piece: usize) -> crate::decode::stats::Ten
     s.finish().stats
 }
 
+/// A stacked `[experts, rows, groups]` BF16 scales tensor holding `vals`.
+fn bf16_scales(vals: &[f32], (experts, rows, groups): (u64, u64, u64)) -> (TensorInfo, Vec<u8>) {
+    let bytes: Vec<u8> = vals
+        .iter()
+        .flat_map(|&v| crate::decode::f32_to_bf16(v).to_le_bytes())
+        .collect();
+    let t = info(
+        "m.scales",
+        vec![experts, rows, groups],
+        bytes.len(),
+        Layout::MlxParams {
+            dtype: DenseDtype::Bf16,
+            count: experts * rows * groups,
+        },
+    );
+    (t, bytes)
+}
+
 #[test]
 fn stacked_codes_are_counted_expert_by_expert() {
     let (experts, rows, cols) = (5u64, 8u64, 128u64);
@@ -110,19 +128,7 @@ fn stacked_affine_scales_give_each_expert_its_median_and_outlier_rows() {
             }
         }
     }
-    let bytes: Vec<u8> = vals
-        .iter()
-        .flat_map(|&v| crate::decode::f32_to_bf16(v).to_le_bytes())
-        .collect();
-    let t = info(
-        "m.scales",
-        vec![experts, rows, groups],
-        bytes.len(),
-        Layout::MlxParams {
-            dtype: DenseDtype::Bf16,
-            count: experts * rows * groups,
-        },
-    );
+    let (t, bytes) = bf16_scales(&vals, (experts, rows, groups));
     let whole = scan(&t, &bytes, bytes.len());
     for piece in [1, 3, 5] {
         assert_eq!(scan(&t, &bytes, piece), whole, "pieces of {piece}");
@@ -193,22 +199,7 @@ fn wide_scales(n: usize, seed: u64) -> Vec<f32> {
 fn key_tables_reused_from_an_earlier_tensor_start_empty() {
     let (experts, rows, groups) = (3u64, 40u64, 16u64);
     let per = (rows * groups) as usize;
-    let tensor = |vals: &[f32]| {
-        let bytes: Vec<u8> = vals
-            .iter()
-            .flat_map(|&v| crate::decode::f32_to_bf16(v).to_le_bytes())
-            .collect();
-        let t = info(
-            "m.scales",
-            vec![experts, rows, groups],
-            bytes.len(),
-            Layout::MlxParams {
-                dtype: DenseDtype::Bf16,
-                count: experts * rows * groups,
-            },
-        );
-        (t, bytes)
-    };
+    let tensor = |vals: &[f32]| bf16_scales(vals, (experts, rows, groups));
     let vals = wide_scales(experts as usize * per, 77);
     let (t, bytes) = tensor(&vals);
     let first = scan(&t, &bytes, bytes.len());

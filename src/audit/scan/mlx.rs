@@ -322,7 +322,7 @@ impl KeyCounts {
         } else if self.few.len() < Self::FEW {
             self.few.push((key, n));
         } else {
-            self.all = take_table(1 << 15);
+            self.all = super::pool::take(1 << 15);
             for (k, c) in self.few.drain(..) {
                 self.all[usize::from(k)] += c;
             }
@@ -349,12 +349,17 @@ impl Drop for KeyCounts {
 /// whole (a tensor's scales span a few exponents of 2^15 keys).
 const CHUNK: usize = 256;
 
+/// Whether a chunk holds a count (a branch-free, vectorised test).
+fn holds_counts(chunk: &[u32]) -> bool {
+    chunk.iter().fold(0, |a, &n| a | n) != 0
+}
+
 /// The nonzero cells of `table`, `(index, count)` in index order.
 fn nonzero_cells(table: &[u32]) -> impl Iterator<Item = (usize, u32)> + '_ {
     table
         .chunks(CHUNK)
         .enumerate()
-        .filter(|(_, c)| c.iter().fold(0, |a, &n| a | n) != 0)
+        .filter(|(_, c)| holds_counts(c))
         .flat_map(|(i, c)| {
             c.iter()
                 .enumerate()
@@ -366,44 +371,16 @@ fn nonzero_cells(table: &[u32]) -> impl Iterator<Item = (usize, u32)> + '_ {
 /// Zeroes the chunks of `table` that hold counts.
 fn clear_table(table: &mut [u32]) {
     for c in table.chunks_mut(CHUNK) {
-        if c.iter().fold(0, |a, &n| a | n) != 0 {
+        if holds_counts(c) {
             c.fill(0);
         }
     }
 }
 
-/// Cleared key tables kept for the next tensor on this thread: a
-/// checkpoint of thousands of scales tensors would otherwise fault in and
-/// zero fresh 128 KiB tables for each.
-const POOLED: usize = 4;
-
-thread_local! {
-    static TABLES: std::cell::RefCell<Vec<Vec<u32>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// A zeroed table of `len` cells, from this thread's pool when it has one.
-fn take_table(len: usize) -> Vec<u32> {
-    TABLES
-        .with(|p| {
-            let mut p = p.borrow_mut();
-            let i = p.iter().position(|t| t.len() == len)?;
-            Some(p.swap_remove(i))
-        })
-        .unwrap_or_else(|| vec![0; len])
-}
-
-/// Returns `table` to this thread's pool, cleared.
+/// Returns `table` to this thread's pool, cleared where it holds counts.
 fn give_table(mut table: Vec<u32>) {
-    if table.len() < CHUNK {
-        return;
-    }
     clear_table(&mut table);
-    TABLES.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.len() < POOLED {
-            p.push(table);
-        }
-    });
+    super::pool::give_cleared(table);
 }
 
 /// A stacked tensor's experts' scale statistics. An expert's scales are
@@ -480,7 +457,7 @@ impl ExpertKeys {
         }
         if self.current == e && e < self.experts {
             if self.hist.is_empty() {
-                self.hist = take_table(self.bins);
+                self.hist = super::pool::take(self.bins);
             }
             Some(&mut self.hist)
         } else {
@@ -697,7 +674,7 @@ impl RowOutliers {
             if x.hist.len() == x.bins {
                 clear_table(&mut x.hist);
             } else {
-                x.hist = take_table(x.bins);
+                x.hist = super::pool::take(x.bins);
             }
             for (b, &n) in counts.iter().enumerate() {
                 if let Some(bin) =

@@ -13,6 +13,7 @@ mod mlx;
 mod mlx_reference_tests;
 mod nvfp4;
 mod packed;
+mod pool;
 #[cfg(test)]
 mod reference_tests;
 mod tally;
