@@ -80,6 +80,7 @@ impl Tensor {
                 rows: self.rows as u64,
                 cols: COLS as u64,
             }),
+            quant: None,
             record: serde_json::Value::Null,
         }
     }

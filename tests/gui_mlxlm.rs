@@ -172,3 +172,57 @@ fn spot_check_all_against_the_bf16_source_passes_every_module_and_expert() {
     assert!(report.reference_only.is_empty());
     assert!(h.shows("26 passed"));
 }
+
+/// The detail panel of a packed weight shows its shard header's dtype and
+/// stored shape (words per row: the row keeps the logical shape, and the
+/// panel rebuilds the header's; compared here with the header read from
+/// the shard) and its module's quantization.
+#[test]
+fn the_detail_panel_shows_a_packed_weights_header_shape_and_quantization() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ck");
+    sample(&dir);
+    let mut h = Gui::new(GuiOptions {
+        size: [1500.0, 900.0],
+        cache: false,
+        ..GuiOptions::default()
+    });
+    h.open(&dir);
+    let name = "model.layers.0.mlp.down_proj.weight";
+    h.select(name);
+    let read = |p: std::path::PathBuf| std::fs::read(p).unwrap();
+    let index: serde_json::Value =
+        serde_json::from_slice(&read(dir.join("model.safetensors.index.json"))).unwrap();
+    let shard = read(dir.join(index["weight_map"][name].as_str().unwrap()));
+    let n = u64::from_le_bytes(shard[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&shard[8..8 + n]).unwrap();
+    let stored = header[name]["shape"].to_string();
+    let logical = h
+        .state()
+        .session()
+        .unwrap()
+        .model
+        .bundle
+        .as_ref()
+        .unwrap()
+        .tensors[h.index(name)]
+    .shape
+    .clone()
+    .unwrap();
+    assert_ne!(
+        serde_json::json!(logical).to_string(),
+        stored,
+        "6-bit words"
+    );
+    for text in [
+        "Record",
+        "dtype",
+        "\"U32\"",
+        "shape",
+        &stored,
+        "quantization",
+    ] {
+        assert!(h.shows(text), "the detail panel shows {text}");
+    }
+    assert!(h.shows(r#"{"mode":"affine","bits":6"#));
+}

@@ -120,14 +120,24 @@ pub(super) fn detail_ui(
         .num_columns(2)
         .max_col_width(value_width)
         .show(ui, |ui| {
-            if let Some(obj) = t.record.as_object() {
-                for (k, v) in obj {
-                    ui.label(RichText::new(k).monospace());
-                    let text = v.to_string();
-                    ui.add(egui::Label::new(RichText::new(&text).monospace()).truncate())
-                        .on_hover_text(text);
-                    ui.end_row();
-                }
+            let quant = t.quantization().map(|q| ("quantization", q.to_json()));
+            // Safetensors rows keep no copy of their header entry.
+            let rebuilt = matches!(
+                b.format,
+                crate::format::FormatKind::MlxLm | crate::format::FormatKind::Safetensors
+            )
+            .then(|| crate::format::mlxlm::header_entry(t));
+            let record = rebuilt.as_ref().unwrap_or(&t.record);
+            let fields = record.as_object().into_iter().flatten();
+            for (k, v) in fields
+                .map(|(k, v)| (k.as_str(), v))
+                .chain(quant.iter().map(|(k, v)| (*k, v)))
+            {
+                ui.label(RichText::new(k).monospace());
+                let text = v.to_string();
+                ui.add(egui::Label::new(RichText::new(&text).monospace()).truncate())
+                    .on_hover_text(text);
+                ui.end_row();
             }
         });
 }

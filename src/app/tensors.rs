@@ -8,7 +8,7 @@ use egui::{Id, RichText};
 use egui_extras::{Column, TableBuilder};
 
 use super::{Command, Commands, RowStatus, Session};
-use crate::format::{Bundle, TensorInfo, natural_cmp, small_get};
+use crate::format::{Bundle, TensorInfo, natural_cmp};
 use crate::report::human_bytes;
 use crate::util::text::{SHOWN_CHARS, shown};
 
@@ -151,19 +151,17 @@ pub struct QuantParams {
 pub fn quant_params(t: &TensorInfo) -> Option<QuantParams> {
     let q = t.quantization()?;
     Some(QuantParams {
-        bits: u8::try_from(small_get(q, "bits")?.as_u64()?).ok()?,
-        group: small_get(q, "group_size")?.as_u64()?,
-        mode: small_get(q, "mode")?.as_str()?.to_string(),
-        entry: small_get(q, "from")
-            .and_then(|f| f.as_str())
-            .is_some_and(|f| f.starts_with("its entry")),
+        bits: q.bits,
+        group: q.group_size,
+        mode: q.mode.as_str().to_string(),
+        entry: q.from_entry(),
     })
 }
 
 /// The bit width of tensor `t`'s module alone (no allocation: the index's
 /// first frame asks it of every tensor).
 pub fn quant_bits(t: &TensorInfo) -> Option<u8> {
-    u8::try_from(small_get(t.quantization()?, "bits")?.as_u64()?).ok()
+    Some(t.quantization()?.bits)
 }
 
 /// The bits cell: `4b g64`, `mxfp4 g32`, with `*` when a per-module entry

@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 pub use model::{
     Bundle, DenseDtype, FormatKind, Layout, PackedKind, PayloadFile, Precision, Provenance,
-    QuantMode, ScaleKind, TensorInfo, small_get,
+    QuantMode, QuantNote, ScaleKind, TensorInfo,
 };
 pub use payload::{ExpertSiblings, Payload, PayloadError, is_bare_name};
 
@@ -296,6 +296,24 @@ fn strip_zeros(s: &[u8]) -> &[u8] {
     &s[z.min(s.len() - 1)..]
 }
 
+/// The length of the bytes `a` and `b` start with alike, eight at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let (ca, cb) = (a[..n].as_chunks::<8>().0, b[..n].as_chunks::<8>().0);
+    for (k, (x, y)) in ca.iter().zip(cb).enumerate() {
+        let diff = u64::from_le_bytes(*x) ^ u64::from_le_bytes(*y);
+        if diff != 0 {
+            return 8 * k + (diff.trailing_zeros() / 8) as usize;
+        }
+    }
+    let done = 8 * ca.len();
+    done + a[done..n]
+        .iter()
+        .zip(&b[done..n])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
 /// Orders names as a person reads them: runs of digits compare as numbers,
 /// so `layers.9` comes before `layers.10`.
 pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
@@ -304,7 +322,7 @@ pub fn natural_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     // Names share long prefixes (`model.layers.12.mlp.`): skip the equal
     // bytes at once, back to the start of a digit run they end in, which
     // compares the same from there as from the start.
-    let mut same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let mut same = common_prefix(a, b);
     while same > 0 && a[same - 1].is_ascii_digit() {
         same -= 1;
     }
@@ -388,5 +406,22 @@ mod tests {
         );
         // Without digits it is byte order.
         assert_eq!(natural_cmp("norm", "embed"), "norm".cmp("embed"));
+    }
+
+    #[test]
+    fn the_shared_prefix_is_found_at_every_position_and_length() {
+        let base: Vec<u8> = (0..40u8).map(|i| b'a' + i % 26).collect();
+        for len_a in 0..=base.len() {
+            for at in 0..=len_a {
+                let a = &base[..len_a];
+                let mut b = a.to_vec();
+                if at < len_a {
+                    b[at] = b'#';
+                }
+                let naive = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+                assert_eq!(super::common_prefix(a, &b), naive, "{len_a} {at}");
+                assert_eq!(super::common_prefix(a, &base), len_a);
+            }
+        }
     }
 }

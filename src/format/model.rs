@@ -492,24 +492,46 @@ pub struct TensorInfo {
     /// The record exactly as the manifest has it, for the detail panel.
     #[serde(skip)]
     pub record: serde_json::Value,
+    /// The quantization of the MLX-LM module it belongs to (weight,
+    /// scales, biases and global scale share one).
+    #[serde(skip)]
+    pub quant: Option<std::sync::Arc<QuantNote>>,
 }
 
-/// `key` of a JSON object: records and their notes hold a handful of keys,
-/// so they are scanned in order (hashing the key cost more, and the index's
-/// first frame asks every tensor's record).
-pub fn small_get<'a>(v: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
-    let o = v.as_object()?;
-    if o.len() <= 8 {
-        o.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
-    } else {
-        o.get(key)
+/// An MLX-LM module's quantization as resolved from the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuantNote {
+    /// Mode.
+    pub mode: QuantMode,
+    /// Bits per code.
+    pub bits: u8,
+    /// Inputs per scale.
+    pub group_size: u64,
+    /// Where the parameters come from: `its entry quantization["…"]` or
+    /// `the global quantization block` (one text shared by every module
+    /// the global block covers).
+    pub from: std::sync::Arc<str>,
+}
+
+impl QuantNote {
+    /// Whether a per-module entry of the config set it.
+    pub fn from_entry(&self) -> bool {
+        self.from.starts_with("its entry")
+    }
+
+    /// As the detail panel shows it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "mode": self.mode.as_str(), "bits": self.bits, "group_size": self.group_size,
+            "from": &*self.from,
+        })
     }
 }
 
 impl TensorInfo {
-    /// The `quantization` note of an MLX-LM module's tensors, if any.
-    pub fn quantization(&self) -> Option<&serde_json::Value> {
-        small_get(&self.record, "quantization")
+    /// The quantization of an MLX-LM module's tensors, if any.
+    pub fn quantization(&self) -> Option<&QuantNote> {
+        self.quant.as_deref()
     }
 
     /// Number of parameters (product of the shape), if the shape is known and fits.

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::decode::stats::TensorStats;
-use crate::format::{Bundle, Layout, QuantMode, TensorInfo, small_get};
+use crate::format::{Bundle, Layout, TensorInfo};
 
 /// `max / min` of a scales tensor's scales: the E8M0/E4M3 summary of a
 /// float mode, the nonzero magnitudes of affine scales (which take either
@@ -108,7 +108,5 @@ pub(super) fn counted_as(info: &TensorInfo) -> Option<&'static str> {
         return None;
     }
     let q = info.quantization()?;
-    let mode = QuantMode::parse(small_get(q, "mode")?.as_str()?)?;
-    let bits = u8::try_from(small_get(q, "bits")?.as_u64()?).ok()?;
-    Some(mode.label(bits))
+    Some(q.mode.label(q.bits))
 }

@@ -379,6 +379,7 @@ fn row_info(t: &TensorInfo) -> TensorInfo {
         file: t.file,
         layout: t.layout,
         record: serde_json::Value::Null,
+        quant: t.quant.clone(),
     }
 }
 

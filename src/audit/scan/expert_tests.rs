@@ -20,6 +20,7 @@ fn info(name: &str, shape: Vec<u64>, bytes: usize, layout: Layout) -> TensorInfo
         alias_of: None,
         file: 0,
         layout: Some(layout),
+        quant: None,
         record: serde_json::Value::Null,
     }
 }

@@ -584,6 +584,7 @@ mod tests {
             alias_of: None,
             file: 0,
             layout: Some(Layout::Gguf { ty, rows, cols }),
+            quant: None,
             record: serde_json::Value::Null,
         };
         (info, bytes)

@@ -39,6 +39,7 @@ fn info(layout: Layout, shape: Vec<u64>, bytes: usize) -> TensorInfo {
         alias_of: None,
         file: 0,
         layout: Some(layout),
+        quant: None,
         record: serde_json::Value::Null,
     }
 }

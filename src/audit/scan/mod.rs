@@ -333,6 +333,7 @@ mod tests {
             alias_of: None,
             file: 0,
             layout: Some(layout),
+            quant: None,
             record: serde_json::Value::Null,
         };
         (info, bytes)

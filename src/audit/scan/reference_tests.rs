@@ -41,6 +41,7 @@ fn info(layout: Layout, bytes: usize) -> TensorInfo {
         alias_of: None,
         file: 0,
         layout: Some(layout),
+        quant: None,
         record: serde_json::Value::Null,
     }
 }

@@ -483,6 +483,7 @@ impl Records {
             alias_of: None,
             file: 0,
             layout,
+            quant: None,
             record: r.clone(),
         })
     }

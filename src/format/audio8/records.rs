@@ -310,6 +310,7 @@ pub(super) fn aliases(
                     alias_of: Some(target.to_string()),
                     file: 0,
                     layout: None,
+                    quant: None,
                     record: json!({ "alias_of": target }),
                 });
                 roots.insert(alias.clone(), root);

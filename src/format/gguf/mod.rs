@@ -297,6 +297,7 @@ fn tensor_infos(
         };
         let type_name = ty.map_or_else(|| format!("type {}", t.type_number), |t| t.name().into());
         out.push(TensorInfo {
+            quant: None,
             record: serde_json::json!({
                 "ne": t.ne, "type": type_name, "offset": t.offset,
                 "info_offset": t.info_offset,

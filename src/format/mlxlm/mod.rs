@@ -14,7 +14,7 @@
 pub mod checksums;
 pub mod modules;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -42,11 +42,6 @@ const MAX_SHARDS: usize = 10_000;
 /// thousands of shards, each under the per-file limit, within the 256 MiB
 /// bound; shards past it are a `shard.header` error and are not indexed.
 pub const MAX_TOTAL_TENSORS: usize = 100_000;
-/// Up to this many tensors each keeps its header entry as its record (the
-/// detail panel shows it); past it the records are left empty, as they
-/// repeat the dtype and shape the row already has and would cost 400 bytes
-/// a tensor.
-pub const RECORDS_KEPT: usize = 1 << 15;
 
 /// Can `path` (a folder without manifest.json, or a file) be opened here?
 pub fn recognises(path: &Path) -> bool {
@@ -125,6 +120,7 @@ fn open_file(path: &Path) -> Bundle {
     checksums::apply(&dir, &mut files, &mut findings);
     let mut shards = Shards::default();
     shards.read(&files, &mut findings);
+    Holders::new(&shards.tensors).report_twice(&files, &mut findings);
     let mut tensors = shards.tensors;
     modules::dense(&mut tensors, &[]);
     sort_by_name(&mut tensors);
@@ -152,6 +148,19 @@ fn read_json(
     check: crate::finding::CheckId,
     findings: &mut Vec<Finding>,
 ) -> Option<(Vec<u8>, Map<String, Value>)> {
+    let bytes = read_json_bytes(path, what, check, findings)?;
+    let map = json_object(&bytes, what, check, findings)?;
+    Some((bytes, map))
+}
+
+/// The bytes of a JSON file, when it can be read and holds no more values
+/// than bundlescope parses.
+fn read_json_bytes(
+    path: &Path,
+    what: &str,
+    check: crate::finding::CheckId,
+    findings: &mut Vec<Finding>,
+) -> Option<Vec<u8>> {
     let bytes = match read_capped(path, MAX_JSON_BYTES) {
         Ok(b) => b,
         Err(e) => {
@@ -179,8 +188,18 @@ fn read_json(
         );
         return None;
     }
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(m)) => Some((bytes, m)),
+    Some(bytes)
+}
+
+/// `bytes` as a JSON object, or a finding that says what they are instead.
+fn json_object(
+    bytes: &[u8],
+    what: &str,
+    check: crate::finding::CheckId,
+    findings: &mut Vec<Finding>,
+) -> Option<Map<String, Value>> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(m)) => Some(m),
         Ok(other) => {
             findings.push(
                 Finding::error(
@@ -226,7 +245,8 @@ fn open_dir(dir: PathBuf) -> Result<Bundle, OpenError> {
         source,
     })?;
     let index = if index_path.exists() {
-        read_json(&index_path, INDEX, c::MLXLM_INDEX, &mut findings).map(|(_, m)| m)
+        read_json_bytes(&index_path, INDEX, c::MLXLM_INDEX, &mut findings)
+            .and_then(|bytes| read_index(&bytes, &mut findings))
     } else {
         None
     };
@@ -242,12 +262,12 @@ fn open_dir(dir: PathBuf) -> Result<Bundle, OpenError> {
             reason: format!("the folder holds more than {MAX_SHARDS} .safetensors files"),
         });
     }
-    let weight_map = index.as_ref().and_then(|m| weight_map(m, &mut findings));
+    let (weight_map, total_size) = index.unwrap_or_default();
 
     // Shards: the index's, then any other file on disk (reported).
     let mut names: Vec<String> = Vec::new();
     if let Some(map) = &weight_map {
-        let listed: BTreeSet<&String> = map.values().collect();
+        let listed: BTreeSet<&String> = map.iter().map(|(_, shard)| shard).collect();
         let mut listed: Vec<&String> = listed.into_iter().collect();
         listed.sort_by(|a, b| natural_cmp(a, b));
         for name in listed {
@@ -302,9 +322,12 @@ fn open_dir(dir: PathBuf) -> Result<Bundle, OpenError> {
     checksums::apply(&dir, &mut files, &mut findings);
     let mut shards = Shards::default();
     shards.read(&files, &mut findings);
+    let holders = Holders::new(&shards.tensors);
+    holders.report_twice(&files, &mut findings);
     if let Some(map) = &weight_map {
-        check_weight_map(map, &files, &shards, &mut findings);
+        check_weight_map(map, &files, &shards.parsed, &holders, &mut findings);
     }
+    drop(holders);
     let mut tensors = std::mem::take(&mut shards.tensors);
 
     let quant = config.as_ref().and_then(|(_, m)| quant_block(m).cloned());
@@ -327,11 +350,7 @@ fn open_dir(dir: PathBuf) -> Result<Bundle, OpenError> {
     if let Some((_, m)) = &config {
         summary(m, quant.as_ref(), &mut extra);
     }
-    if let Some(total) = index
-        .as_ref()
-        .and_then(|m| m.get("metadata"))
-        .and_then(|m| m.get("total_size"))
-    {
+    if let Some(total) = total_size {
         extra.push(("index total_size".into(), total.to_string()));
     }
     extra.extend(shards.metadata);
@@ -424,7 +443,7 @@ fn summary(config: &Map<String, Value>, quant: Option<&Value>, extra: &mut Vec<(
 fn weight_map(
     index: &Map<String, Value>,
     findings: &mut Vec<Finding>,
-) -> Option<BTreeMap<String, String>> {
+) -> Option<Vec<(String, String)>> {
     let Some(map) = index.get("weight_map").and_then(Value::as_object) else {
         findings.push(
             Finding::error(
@@ -438,12 +457,10 @@ fn weight_map(
         );
         return None;
     };
-    let mut out = BTreeMap::new();
+    let mut out = Vec::with_capacity(map.len());
     for (name, shard) in map {
         match shard.as_str() {
-            Some(s) => {
-                out.insert(name.clone(), s.to_string());
-            }
+            Some(s) => out.push((name.clone(), s.to_string())),
             None => findings.push(
                 Finding::error(
                     c::MLXLM_INDEX,
@@ -457,15 +474,126 @@ fn weight_map(
             ),
         }
     }
-    Some(out)
+    Some(by_name(out))
+}
+
+/// The weight map sorted by tensor name; of entries with the same name
+/// the last one counts (as it does for a JSON object read as a map).
+fn by_name(mut entries: Vec<(String, String)>) -> Vec<(String, String)> {
+    entries.sort_by(|a, b| a.0.cmp(&b.0)); // stable: equal names keep their order
+    let mut out: Vec<(String, String)> = Vec::with_capacity(entries.len());
+    for e in entries {
+        match out.last_mut() {
+            Some(last) if last.0 == e.0 => *last = e,
+            _ => out.push(e),
+        }
+    }
+    out
+}
+
+/// What the index gives: its weight map (sorted by name) and its
+/// `metadata.total_size`.
+type IndexParts = (Option<Vec<(String, String)>>, Option<Value>);
+
+/// Reads the index. A well-formed one (an object whose `weight_map` is an
+/// object of strings) is read straight into the sorted map, without a JSON
+/// map of its own: a 20,000-tensor index is a 20,000-entry object, which as
+/// a `Value` cost a tenth of opening the checkpoint. Any other index is read
+/// as a `Value`, whose findings say what is wrong.
+fn read_index(bytes: &[u8], findings: &mut Vec<Finding>) -> Option<IndexParts> {
+    if let Ok(fast) = serde_json::from_slice::<WellFormedIndex>(bytes) {
+        return Some((fast.weight_map.map(by_name), fast.total_size));
+    }
+    let m = json_object(bytes, INDEX, c::MLXLM_INDEX, findings)?;
+    let total = m.get("metadata").and_then(|m| m.get("total_size")).cloned();
+    Some((weight_map(&m, findings), total))
+}
+
+/// An index whose `weight_map` is an object of strings (once, and there),
+/// with its `metadata.total_size`; anything else fails to parse.
+struct WellFormedIndex {
+    weight_map: Option<Vec<(String, String)>>,
+    total_size: Option<Value>,
+}
+
+impl<'de> serde::Deserialize<'de> for WellFormedIndex {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, IgnoredAny, MapAccess, Visitor};
+        /// `weight_map`'s entries, in file order.
+        struct Entries(Vec<(String, String)>);
+        impl<'de> serde::Deserialize<'de> for Entries {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> Visitor<'de> for V {
+                    type Value = Entries;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("an object of tensor name to shard file")
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Entries, A::Error> {
+                        let mut out = Vec::with_capacity(m.size_hint().unwrap_or(0).min(1 << 16));
+                        while let Some(entry) = m.next_entry::<String, String>()? {
+                            out.push(entry);
+                        }
+                        Ok(Entries(out))
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = WellFormedIndex;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an index object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<WellFormedIndex, A::Error> {
+                let mut out = WellFormedIndex {
+                    weight_map: None,
+                    total_size: None,
+                };
+                while let Some(key) = m.next_key::<String>()? {
+                    match key.as_str() {
+                        "weight_map" if out.weight_map.is_some() => {
+                            return Err(A::Error::custom("weight_map twice"));
+                        }
+                        "weight_map" => out.weight_map = Some(m.next_value::<Entries>()?.0),
+                        "metadata" => {
+                            let v: Value = m.next_value()?;
+                            out.total_size = v.get("total_size").cloned();
+                        }
+                        _ => {
+                            m.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                // Without one, the `Value` reading says it is missing.
+                if out.weight_map.is_none() {
+                    return Err(A::Error::missing_field("weight_map"));
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Tensor `t`'s `dtype` and `shape` as its shard's header gives them, for
+/// the detail panel (which shows the byte range from the row itself):
+/// rebuilt from the row, whose shape is the logical one for a packed
+/// weight (the header's last dimension is in 32-bit words, `in · bits /
+/// 32`, which the module's check made exact).
+pub fn header_entry(t: &TensorInfo) -> Value {
+    let mut shape = t.shape.clone().unwrap_or_default();
+    if let (Precision::Mlx(_, bits), Some(last)) = (&t.precision, shape.last_mut()) {
+        *last = *last * u64::from(*bits) / 32;
+    }
+    serde_json::json!({ "dtype": t.source_dtype, "shape": shape })
 }
 
 /// The shards' parsed headers.
 #[derive(Default)]
 struct Shards {
     tensors: Vec<TensorInfo>,
-    /// tensor name -> files that hold it
-    holders: HashMap<String, Vec<usize>>,
     parsed: Vec<bool>,
     /// `__metadata__` entries, once per distinct value.
     metadata: Vec<(String, String)>,
@@ -523,30 +651,6 @@ impl Shards {
                 self.merge(b * batch + j, header, files, findings);
             }
         }
-        if self.tensors.len() > RECORDS_KEPT {
-            for t in &mut self.tensors {
-                t.record = Value::Object(Map::new());
-            }
-        }
-        let mut twice: Vec<(&String, &Vec<usize>)> =
-            self.holders.iter().filter(|(_, h)| h.len() > 1).collect();
-        twice.sort();
-        for (name, held) in twice {
-            findings.push(
-                Finding::error(
-                    c::MLXLM_WEIGHT_MAP,
-                    format!(
-                        "{name} is stored in {} shards: {}",
-                        held.len(),
-                        held.iter()
-                            .map(|&k| files[k].name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-                .tensor(name.clone()),
-            );
-        }
     }
 
     /// Adds shard `i`'s parsed header (or its findings) to the index.
@@ -583,10 +687,8 @@ impl Shards {
                         self.metadata.push((key, v));
                     }
                 }
-                for t in h.tensors {
-                    self.holders.entry(t.name.clone()).or_default().push(i);
-                    self.tensors.push(info(t, i));
-                }
+                self.tensors
+                    .extend(h.tensors.into_iter().map(|t| info(t, i)));
                 self.parsed.push(true);
             }
             Some(Err(f)) => {
@@ -599,22 +701,14 @@ impl Shards {
     }
 }
 
+/// A row of the index. It keeps no copy of its header entry (a JSON map
+/// per tensor was a fifth of opening a 20,000-tensor checkpoint):
+/// [`header_entry`] rebuilds its dtype and shape from the row.
 fn info(t: StTensor, file: usize) -> TensorInfo {
     let bytes = t.end - t.begin;
-    // Room for the module's `quantization` note, so adding it does not
-    // grow the map.
-    let mut record = Map::with_capacity(4);
-    record.insert("dtype".into(), Value::String(t.dtype.clone()));
-    record.insert(
-        "shape".into(),
-        Value::Array(t.shape.iter().map(|&d| Value::from(d)).collect()),
-    );
-    record.insert(
-        "data_offsets".into(),
-        Value::Array(vec![Value::from(t.begin), Value::from(t.end)]),
-    );
     TensorInfo {
-        record: Value::Object(record),
+        quant: None,
+        record: Value::Null,
         name: t.name,
         precision: Precision::Original,
         shape: Some(t.shape),
@@ -629,10 +723,84 @@ fn info(t: StTensor, file: usize) -> TensorInfo {
     }
 }
 
+/// Which shards hold each tensor name, borrowed from the index rows: one
+/// file for almost every name, the whole list only for names held twice.
+struct Holders<'a> {
+    /// The first file, and whether the weight map names it (set by
+    /// [`Holders::mapped`]).
+    first: foldhash::HashMap<&'a str, (usize, std::cell::Cell<bool>)>,
+    twice: foldhash::HashMap<&'a str, Vec<usize>>,
+}
+
+impl<'a> Holders<'a> {
+    fn new(tensors: &'a [TensorInfo]) -> Self {
+        use std::collections::hash_map::Entry;
+        let mut first =
+            foldhash::HashMap::with_capacity_and_hasher(tensors.len(), Default::default());
+        let mut twice: foldhash::HashMap<&str, Vec<usize>> = Default::default();
+        for t in tensors {
+            match first.entry(t.name.as_str()) {
+                Entry::Vacant(e) => {
+                    e.insert((t.file, std::cell::Cell::new(false)));
+                }
+                Entry::Occupied(e) => twice
+                    .entry(t.name.as_str())
+                    .or_insert_with(|| vec![e.get().0])
+                    .push(t.file),
+            }
+        }
+        Self { first, twice }
+    }
+
+    /// The files holding `name`, in shard order.
+    fn files(&self, name: &str) -> &[usize] {
+        match self.twice.get(name) {
+            Some(all) => all,
+            None => self
+                .first
+                .get(name)
+                .map(|(file, _)| std::slice::from_ref(file))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The files holding `name`, which the weight map names.
+    fn mapped(&self, name: &str) -> &[usize] {
+        if let Some((_, named)) = self.first.get(name) {
+            named.set(true);
+        }
+        self.files(name)
+    }
+
+    /// A finding for each name stored in more than one shard.
+    fn report_twice(&self, files: &[PayloadFile], findings: &mut Vec<Finding>) {
+        let mut twice: Vec<(&&str, &Vec<usize>)> = self.twice.iter().collect();
+        twice.sort();
+        for (name, held) in twice {
+            findings.push(
+                Finding::error(
+                    c::MLXLM_WEIGHT_MAP,
+                    format!(
+                        "{name} is stored in {} shards: {}",
+                        held.len(),
+                        held.iter()
+                            .map(|&k| files[k].name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .tensor(name.to_string()),
+            );
+        }
+    }
+}
+
+/// `map` is sorted by name (see [`by_name`]).
 fn check_weight_map(
-    map: &BTreeMap<String, String>,
+    map: &[(String, String)],
     files: &[PayloadFile],
-    shards: &Shards,
+    parsed: &[bool],
+    holders: &Holders<'_>,
     findings: &mut Vec<Finding>,
 ) {
     let err = |name: &str, msg: String| {
@@ -640,19 +808,21 @@ fn check_weight_map(
             .tensor(name.to_string())
             .field("weight_map")
     };
+    let file_index: foldhash::HashMap<&str, usize> = files
+        .iter()
+        .enumerate()
+        .rev() // the first of equal names wins
+        .map(|(i, f)| (f.name.as_str(), i))
+        .collect();
     for (name, shard) in map {
+        let held = holders.mapped(name);
         // A shard that is missing or not a bare name is reported already.
-        let Some(i) = files.iter().position(|f| &f.name == shard) else {
+        let Some(&i) = file_index.get(shard.as_str()) else {
             continue;
         };
-        if !shards.parsed.get(i).copied().unwrap_or(false) {
+        if !parsed.get(i).copied().unwrap_or(false) {
             continue; // its header is reported
         }
-        let held = shards
-            .holders
-            .get(name)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
         if !held.contains(&i) {
             let actual: Vec<&str> = held.iter().map(|&k| files[k].name.as_str()).collect();
             findings.push(err(
@@ -670,33 +840,40 @@ fn check_weight_map(
     }
     // Tensors of a shard the index does not name at all are that shard's
     // finding (mlxlm.shards), not one finding per tensor.
-    let listed: BTreeSet<&str> = map.values().map(String::as_str).collect();
-    let mut names: Vec<&String> = shards
-        .holders
+    let listed_shards: BTreeSet<&str> = map.iter().map(|(_, s)| s.as_str()).collect();
+    let listed: Vec<bool> = files
         .iter()
-        .filter(|(name, held)| {
-            held.iter()
-                .any(|&k| listed.contains(files[k].name.as_str()))
-                && !map.contains_key(*name)
-        })
-        .map(|(name, _)| name)
+        .map(|f| listed_shards.contains(f.name.as_str()))
         .collect();
-    names.sort();
-    for name in names {
-        let file = shards.holders[name]
-            .first()
-            .map_or("?", |&k| files[k].name.as_str());
+    let mut names: Vec<(&str, usize)> = holders
+        .first
+        .iter()
+        .filter(|(name, (_, named))| !named.get() && holders.files(name).iter().any(|&k| listed[k]))
+        .map(|(name, (file, _))| (*name, *file))
+        .collect();
+    names.sort_unstable();
+    for (name, file) in names {
         findings.push(err(
             name,
-            format!("{name} is in {file} but not in the index's weight_map"),
+            format!(
+                "{name} is in {} but not in the index's weight_map",
+                files[file].name
+            ),
         ));
     }
 }
 
 /// Sorts the rows in natural name order (stable), moving each record once.
 fn sort_by_name(tensors: &mut Vec<TensorInfo>) {
-    let mut order: Vec<usize> = (0..tensors.len()).collect();
-    order.sort_by(|&a, &b| natural_cmp(&tensors[a].name, &tensors[b].name));
+    // The names sorted beside their row numbers (not read through the
+    // rows, which are far apart in memory).
+    let mut keyed: Vec<(&str, usize)> = tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    keyed.sort_by(|a, b| natural_cmp(a.0, b.0));
+    let order: Vec<usize> = keyed.into_iter().map(|(_, i)| i).collect();
     // The permutation applied in place, a cycle at a time (row k takes
     // the row at order[k]): no second copy of 10^5 rows at the peak.
     let mut placed = vec![false; order.len()];
@@ -713,4 +890,80 @@ fn sort_by_name(tensors: &mut Vec<TensorInfo>) {
         }
     }
     tensors.shrink_to_fit();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The index as the `Value` reading gives it, which names every fault.
+    fn read_as_value(bytes: &[u8]) -> (IndexParts, Vec<Finding>) {
+        let mut f = Vec::new();
+        let m = json_object(bytes, INDEX, c::MLXLM_INDEX, &mut f).unwrap();
+        let total = m.get("metadata").and_then(|m| m.get("total_size")).cloned();
+        ((weight_map(&m, &mut f), total), f)
+    }
+
+    #[test]
+    fn a_well_formed_index_reads_the_same_both_ways() {
+        let cases: [&[u8]; 3] = [
+            br#"{"metadata": {"total_size": 123}, "weight_map": {"b.weight": "s2", "a.weight": "s1", "b.weight": "s3"}, "other": [1, {"x": 2}]}"#,
+            br#"{"weight_map": {}}"#,
+            br#"{"metadata": 5, "weight_map": {"x": "y"}}"#,
+        ];
+        for bytes in cases {
+            let fast: WellFormedIndex = serde_json::from_slice(bytes).unwrap();
+            let (slow, findings) = read_as_value(bytes);
+            assert!(findings.is_empty(), "{findings:?}");
+            assert_eq!((fast.weight_map.map(by_name), fast.total_size), slow);
+        }
+        // The last of a repeated name counts, as in a JSON map.
+        let mut f = Vec::new();
+        let (map, total) = read_index(cases[0], &mut f).unwrap();
+        assert_eq!(
+            map.unwrap(),
+            [("a.weight", "s1"), ("b.weight", "s3")].map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        assert_eq!(total, Some(Value::from(123)));
+    }
+
+    #[test]
+    fn any_other_index_is_read_as_a_value_with_its_findings() {
+        let bad: [&[u8]; 5] = [
+            br#"{"weight_map": {"a": 1, "b": "s"}}"#,
+            br#"{"weight_map": ["s"]}"#,
+            br#"{"metadata": {"total_size": 3}}"#,
+            br#"{"weight_map": {}, "weight_map": {"a": "s"}}"#,
+            br#"[1]"#,
+        ];
+        for bytes in bad {
+            assert!(serde_json::from_slice::<WellFormedIndex>(bytes).is_err());
+        }
+        let mut f = Vec::new();
+        let (map, _) = read_index(bad[0], &mut f).unwrap();
+        assert_eq!(map.unwrap(), [("b".to_string(), "s".to_string())]);
+        assert!(
+            f[0].message.contains(r#"weight_map["a"] is the integer 1"#),
+            "{f:?}"
+        );
+        let mut f = Vec::new();
+        let (map, _) = read_index(bad[1], &mut f).unwrap();
+        assert!(
+            map.is_none() && f[0].message.contains("a list of 1 items"),
+            "{f:?}"
+        );
+        let mut f = Vec::new();
+        let (map, total) = read_index(bad[2], &mut f).unwrap();
+        assert!(
+            map.is_none() && f[0].message.contains("weight_map is missing"),
+            "{f:?}"
+        );
+        assert_eq!(total, Some(Value::from(3)));
+        let mut f = Vec::new();
+        let (map, _) = read_index(bad[3], &mut f).unwrap();
+        assert_eq!(map.unwrap(), [("a".to_string(), "s".to_string())]);
+        let mut f = Vec::new();
+        assert!(read_index(bad[4], &mut f).is_none());
+        assert!(f[0].message.contains("expected a JSON object"), "{f:?}");
+    }
 }

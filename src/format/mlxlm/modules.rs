@@ -4,13 +4,14 @@
 //! the shapes agree. Valid modules get layouts; every other float tensor is
 //! dense.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::finding::Finding;
 use crate::finding::checks as c;
-use crate::format::{DenseDtype, Layout, Precision, QuantMode, ScaleKind, TensorInfo};
+use crate::format::{DenseDtype, Layout, Precision, QuantMode, QuantNote, ScaleKind, TensorInfo};
 
 /// Most experts one stacked module may hold.
 pub const MAX_EXPERTS: u64 = 4096;
@@ -236,7 +237,7 @@ pub fn quantized(
 
 /// Looks `{p}.{part}` up without allocating a name per lookup.
 struct Index<'a> {
-    map: HashMap<&'a str, usize>,
+    map: foldhash::HashMap<&'a str, usize>,
     key: std::cell::RefCell<String>,
 }
 
@@ -308,8 +309,9 @@ fn resolve(
     let Some(block) = block else {
         return members;
     };
+    let global_from: Arc<str> = Arc::from("the global quantization block");
     for p in &prefixes {
-        module(tensors, names, &index, block, p, findings);
+        module(tensors, names, &index, (block, &global_from), p, findings);
     }
     // Entries must name modules that exist, quantized as they say.
     for (key, entry) in &block.entries {
@@ -356,7 +358,7 @@ fn module(
     tensors: &mut [TensorInfo],
     names: &[String],
     index: &Index<'_>,
-    block: &Block,
+    (block, global_from): (&Block, &Arc<str>),
     p: &str,
     findings: &mut Vec<Finding>,
 ) {
@@ -377,13 +379,9 @@ fn module(
         }) => (
             *params,
             *global_scale,
-            format!("its entry quantization[{p:?}]"),
+            Arc::from(format!("its entry quantization[{p:?}]")),
         ),
-        _ => (
-            block.global,
-            false,
-            "the global quantization block".to_string(),
-        ),
+        _ => (block.global, false, global_from.clone()),
     };
     let Some(w) = w else {
         findings.push(err(
@@ -554,14 +552,14 @@ fn module(
         }
         (None, _) => {}
     }
-    let note = serde_json::json!({
-        "mode": params.mode.as_str(), "bits": params.bits, "group_size": params.group,
-        "from": from,
+    let note = Arc::new(QuantNote {
+        mode: params.mode,
+        bits: params.bits,
+        group_size: params.group,
+        from,
     });
     for i in [Some(w), Some(s), b, g].into_iter().flatten() {
-        if let Some(r) = tensors[i].record.as_object_mut() {
-            r.insert("quantization".into(), note.clone());
-        }
+        tensors[i].quant = Some(note.clone());
     }
     tensors[w].precision = Precision::Mlx(params.mode, params.bits);
     let mut logical = ws[..rank - 1].to_vec();

@@ -187,6 +187,7 @@ fn info(t: StTensor, file: usize) -> TensorInfo {
     };
     let bytes = t.end - t.begin;
     TensorInfo {
+        quant: None,
         record: serde_json::json!({
             "dtype": t.dtype, "shape": t.shape, "data_offsets": [t.begin, t.end],
         }),
