@@ -4,8 +4,6 @@
 //! totals count scales and biases as bytes of their module, not as
 //! parameters of the model.
 
-use std::collections::HashMap;
-
 use crate::decode::stats::TensorStats;
 use crate::format::{Bundle, Layout, TensorInfo};
 
@@ -24,21 +22,46 @@ fn scale_range(s: &TensorStats) -> Option<f64> {
 /// For each tensor: `(weight, scales, bits)` when it is an MLX module's
 /// quantized weight or its scales.
 pub(super) fn modules(bundle: &Bundle) -> Vec<Option<Module>> {
-    let mut out = vec![None; bundle.tensors.len()];
-    let by_name: HashMap<&str, usize> = bundle
-        .tensors
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.as_str(), i))
-        .collect();
-    for (w, t) in bundle.tensors.iter().enumerate() {
+    let tensors = &bundle.tensors;
+    let mut out = vec![None; tensors.len()];
+    // A module's parts sort together (`p.biases`, `p.scales`, `p.weight`):
+    // its scales are looked for beside its weight, and through a name map
+    // (made at the first miss, as the rows of 20,000 tensors are applied in
+    // the frame that shows them) only when they are not there. Of equal
+    // names, the last row counts, as in the map.
+    let mut by_name: Option<foldhash::HashMap<&str, usize>> = None;
+    let mut key = String::new();
+    for (w, t) in tensors.iter().enumerate() {
         let Some(Layout::MlxCodes { bits, .. }) = t.layout else {
             continue;
         };
         let Some(prefix) = t.name.strip_suffix(".weight") else {
             continue;
         };
-        if let Some(&s) = by_name.get(format!("{prefix}.scales").as_str()) {
+        key.clear();
+        key.push_str(prefix);
+        key.push_str(".scales");
+        let near =
+            (w.saturating_sub(3)..tensors.len().min(w + 4)).find(|&i| tensors[i].name == key);
+        let s = match near {
+            Some(mut s) => {
+                while tensors.get(s + 1).is_some_and(|t| t.name == key) {
+                    s += 1;
+                }
+                Some(s)
+            }
+            None => by_name
+                .get_or_insert_with(|| {
+                    tensors
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| (t.name.as_str(), i))
+                        .collect()
+                })
+                .get(key.as_str())
+                .copied(),
+        };
+        if let Some(s) = s {
             out[w] = Some((w, s, bits));
             out[s] = Some((w, s, bits));
         }
@@ -109,4 +132,43 @@ pub(super) fn counted_as(info: &TensorInfo) -> Option<&'static str> {
     }
     let q = info.quantization()?;
     Some(q.mode.label(q.bits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every quantized weight is paired with the row of its own scales,
+    /// found by name here; in the sorted rows (scales beside the weight)
+    /// and with every weight moved first, where the name map finds them.
+    #[test]
+    fn each_weight_is_paired_with_its_scales_in_any_row_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ck");
+        let o = crate::sample::mlxlm::MlxLmOptions {
+            mixed: true,
+            ..Default::default()
+        };
+        crate::sample::mlxlm::write(&dir, &o, None).unwrap();
+        let mut b = crate::format::open(&dir).unwrap();
+        for weights_first in [false, true] {
+            if weights_first {
+                b.tensors.sort_by_key(|t| !t.name.ends_with(".weight"));
+            }
+            let got = modules(&b);
+            let mut paired = 0;
+            for (w, t) in b.tensors.iter().enumerate() {
+                let Some(Layout::MlxCodes { bits, .. }) = t.layout else {
+                    assert!(got[w].is_none_or(|(_, s, _)| s == w), "{}", t.name);
+                    continue;
+                };
+                let scales = t.name.replace(".weight", ".scales");
+                let s = b.tensors.iter().position(|x| x.name == scales).unwrap();
+                assert_eq!(got[w], Some((w, s, bits)), "{}", t.name);
+                assert_eq!(got[s], Some((w, s, bits)), "{scales}");
+                paired += 1;
+            }
+            assert!(paired > 10, "{paired}");
+        }
+    }
 }

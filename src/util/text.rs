@@ -136,8 +136,14 @@ pub fn lookalikes<'a>(
     names: impl IntoIterator<Item = &'a str>,
     max: usize,
 ) -> Vec<(&'a str, &'a str)> {
-    let mut seen: std::collections::HashMap<Cow<'a, str>, &'a str> =
-        std::collections::HashMap::new();
+    let names: Vec<&'a str> = names.into_iter().collect();
+    // An ASCII name is its own skeleton: among ASCII names alone, two
+    // different names never look alike (a 20,000-tensor index need not be
+    // hashed while its table waits).
+    if names.iter().all(|n| n.is_ascii()) {
+        return Vec::new();
+    }
+    let mut seen: foldhash::HashMap<Cow<'a, str>, &'a str> = foldhash::HashMap::default();
     let mut out = Vec::new();
     for n in names {
         // Only names that hold something a skeleton changes can collide
