@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::mpsc::SyncSender;
 use std::time::{Duration, Instant};
 
 use super::cache::AuditCache;
@@ -40,6 +41,10 @@ pub(super) struct Opening {
     /// The cancel tokens of audits replaced by another open, newest last
     /// (a test checks the replaced audit was really told to stop).
     replaced: Vec<CancelToken>,
+    /// Tells the audit its index is on screen (see [`start_audit`]).
+    index_shown: Option<SyncSender<()>>,
+    /// The index was applied in the last frame: the next one tells.
+    index_drawn: bool,
 }
 
 impl Opening {
@@ -67,7 +72,20 @@ impl Opening {
         self.reverify.is_some()
     }
 
+    /// At the start of a frame: the previous frame drew the index, so the
+    /// audit's pass may have the cores.
+    fn tell_index_drawn(&mut self) {
+        if std::mem::take(&mut self.index_drawn)
+            && let Some(tx) = self.index_shown.take()
+        {
+            let _ = tx.try_send(());
+        }
+    }
+
     fn stop(&mut self) {
+        // A waiting audit goes on at once (to see that it is cancelled).
+        self.index_shown = None;
+        self.index_drawn = false;
         for job in [self.audit.take(), self.reverify.take().map(|r| r.job)]
             .into_iter()
             .flatten()
@@ -81,16 +99,27 @@ impl Opening {
     }
 }
 
+/// How long an audit waits, once its index is sent, for the window to draw
+/// it before the pass begins: the pass takes every core, and the frame that
+/// shows a 20,000-tensor table would share them. A hidden window draws no
+/// frame, so the wait is bounded.
+const INDEX_FRAME_WAIT: Duration = Duration::from_millis(250);
+
+/// Starts the open job; the sender tells it that the index is on screen
+/// (dropping it lets the audit go on at once).
 fn start_audit(
     path: PathBuf,
     cache: Option<AuditCache>,
     wake: Option<egui::Context>,
     parent: Option<PathBuf>,
     trust: crate::signing::TrustPaths,
-) -> Result<Job<AuditMsg>, String> {
+) -> Result<(Job<AuditMsg>, SyncSender<()>), String> {
+    let (shown_tx, shown_rx) = std::sync::mpsc::sync_channel::<()>(1);
+    // The sink is shared by the pass's threads; only this one waits.
+    let shown_rx = std::sync::Mutex::new(shown_rx);
     // Bounded like the audit's own stream, for the same reason: a pass
     // outruns a busy window, and memory must not grow without limit.
-    Job::spawn("audit", audit::CHANNEL_CAPACITY, wake, move |w| {
+    let job = Job::spawn("audit", audit::CHANNEL_CAPACITY, wake, move |w| {
         if let Some(hit) = cache.and_then(|c| c.load(&path)) {
             if !w.send(AuditMsg::Cached {
                 date: super::window::local_date(&hit.date),
@@ -111,10 +140,15 @@ fn start_audit(
             ..audit::Options::default()
         };
         audit::run(&path, &options, w.token(), &|e| {
+            let index = matches!(e, Event::Opened(_));
             // A closed channel means nobody listens: the token stops the pass.
             w.send(AuditMsg::Event(e));
+            if index && let Ok(rx) = shown_rx.lock() {
+                let _ = rx.recv_timeout(INDEX_FRAME_WAIT);
+            }
         });
-    })
+    })?;
+    Ok((job, shown_tx))
 }
 
 impl App {
@@ -147,7 +181,10 @@ impl App {
         let cache = self.cache.clone().filter(|_| use_cache);
         let trust = self.signing.for_bundle(&path);
         match start_audit(path, cache, self.ctx.clone(), parent, trust) {
-            Ok(job) => self.opening.audit = Some(job),
+            Ok((job, shown)) => {
+                self.opening.audit = Some(job);
+                self.opening.index_shown = Some(shown);
+            }
             Err(e) => self.set_notice(format!("could not start the audit: {e}"), true),
         }
     }
@@ -185,6 +222,7 @@ impl App {
 
     /// Polls every job, spending at most `budget` on audit events.
     pub fn poll_jobs(&mut self, budget: Duration) {
+        self.opening.tell_index_drawn();
         self.drain_audit(budget);
         self.drain_reverify(budget);
         self.stores_poll();
@@ -272,6 +310,7 @@ impl App {
             }
         }
         if opened {
+            self.opening.index_drawn = true;
             let path = session.path.clone();
             self.remember(&path);
             // The events left behind the index come in the next frame, at once.
@@ -327,7 +366,8 @@ impl App {
             self.lineage.parent.clone(),
             self.signing.for_bundle(&s.path),
         ) {
-            Ok(job) => {
+            // Its index is not shown: no wait.
+            Ok((job, _)) => {
                 self.opening.reverify = Some(Reverify {
                     job,
                     session: Session::new(s.path.clone()),
@@ -466,5 +506,75 @@ impl App {
     /// and its result is in. For tests.
     pub fn wait_for_spot(&mut self, timeout: Duration) -> bool {
         self.spot.wait(timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The next message, waiting up to 10 s.
+    fn next(job: &Job<AuditMsg>) -> Option<AuditMsg> {
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            match job.poll() {
+                Poll::Msg(m) => return Some(m),
+                Poll::Ended => return None,
+                Poll::Empty => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+        None
+    }
+
+    fn is_event(m: &Option<AuditMsg>, want: fn(&Event) -> bool) -> bool {
+        matches!(m, Some(AuditMsg::Event(e)) if want(e))
+    }
+
+    #[test]
+    fn the_pass_waits_for_the_frame_that_draws_the_index() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("m");
+        crate::sample::mlxlm::write(&dir, &Default::default(), None).unwrap();
+        let start = || start_audit(dir.clone(), None, None, None, Default::default()).unwrap();
+
+        let (job, shown) = start();
+        assert!(is_event(&next(&job), |e| matches!(e, Event::Opened(_))));
+        // Untold, the audit sends nothing more (it would have begun its
+        // pass within a few milliseconds)…
+        std::thread::sleep(INDEX_FRAME_WAIT / 5);
+        assert!(matches!(job.poll(), Poll::Empty));
+        // …and once told, it goes on to the pass and its verdict.
+        shown.send(()).unwrap();
+        let mut rest = Vec::new();
+        while let Some(m) = next(&job) {
+            rest.push(m);
+        }
+        assert!(
+            rest.iter()
+                .any(|m| matches!(m, AuditMsg::Event(Event::Started { .. })))
+        );
+        assert!(is_event(&rest.pop(), |e| matches!(
+            e,
+            Event::Finished(Ok(_))
+        )));
+
+        // Nobody to tell (the sender dropped, as for a re-verification or a
+        // replaced open): no wait at all.
+        let (job, shown) = start();
+        drop(shown);
+        assert!(is_event(&next(&job), |e| matches!(e, Event::Opened(_))));
+        let t = Instant::now();
+        let mut started = false;
+        while let Some(m) = next(&job) {
+            started |= matches!(m, AuditMsg::Event(Event::Started { .. }));
+            if started {
+                break;
+            }
+        }
+        assert!(
+            started && t.elapsed() < INDEX_FRAME_WAIT,
+            "{:?}",
+            t.elapsed()
+        );
     }
 }
