@@ -10,6 +10,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::harness::{Gui, GuiOptions};
+use common::mlxlm::Ckpt;
 use egui_kittest::kittest::Queryable;
 
 fn sample(dir: &std::path::Path) {
@@ -21,6 +22,21 @@ fn sample(dir: &std::path::Path) {
         "--mixed",
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
+}
+
+/// The mixed sample in the real app (a wide window, no cache), opened and
+/// audited; the folder lives as long as the first value.
+fn opened() -> (tempfile::TempDir, std::path::PathBuf, Gui) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ck");
+    sample(&dir);
+    let mut h = Gui::new(GuiOptions {
+        size: [1500.0, 900.0],
+        cache: false,
+        ..GuiOptions::default()
+    });
+    h.open(&dir);
+    (tmp, dir, h)
 }
 
 /// Clicks the chip (a button: the bits column's cells are painted text).
@@ -42,15 +58,7 @@ fn shown(h: &Gui) -> BTreeSet<String> {
 
 #[test]
 fn an_mlx_lm_checkpoint_shows_its_tensors_bits_and_filters_by_bits() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("ck");
-    sample(&dir);
-    let mut h = Gui::new(GuiOptions {
-        size: [1500.0, 900.0],
-        cache: false,
-        ..GuiOptions::default()
-    });
-    h.open(&dir);
+    let (_tmp, _, mut h) = opened();
     assert_eq!(h.verdict(), "Valid");
     let n = h.tensor_count();
     assert_eq!(n, 54);
@@ -101,15 +109,7 @@ fn an_mlx_lm_checkpoint_shows_its_tensors_bits_and_filters_by_bits() {
 #[cfg(feature = "mlx")]
 #[test]
 fn run_on_mlx_checks_each_expert_of_a_stacked_module() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("ck");
-    sample(&dir);
-    let mut h = Gui::new(GuiOptions {
-        size: [1500.0, 900.0],
-        cache: false,
-        ..GuiOptions::default()
-    });
-    h.open(&dir);
+    let (_tmp, _, mut h) = opened();
     let i = h.select("model.layers.1.mlp.switch_mlp.down_proj.weight");
     h.harness.get_by_label("Run on MLX").click();
     h.harness.run_steps(2);
@@ -179,24 +179,14 @@ fn spot_check_all_against_the_bf16_source_passes_every_module_and_expert() {
 /// the shard) and its module's quantization.
 #[test]
 fn the_detail_panel_shows_a_packed_weights_header_shape_and_quantization() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("ck");
-    sample(&dir);
-    let mut h = Gui::new(GuiOptions {
-        size: [1500.0, 900.0],
-        cache: false,
-        ..GuiOptions::default()
-    });
-    h.open(&dir);
+    let (_tmp, dir, mut h) = opened();
     let name = "model.layers.0.mlp.down_proj.weight";
     h.select(name);
-    let read = |p: std::path::PathBuf| std::fs::read(p).unwrap();
     let index: serde_json::Value =
-        serde_json::from_slice(&read(dir.join("model.safetensors.index.json"))).unwrap();
-    let shard = read(dir.join(index["weight_map"][name].as_str().unwrap()));
-    let n = u64::from_le_bytes(shard[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&shard[8..8 + n]).unwrap();
-    let stored = header[name]["shape"].to_string();
+        serde_json::from_slice(&std::fs::read(dir.join("model.safetensors.index.json")).unwrap())
+            .unwrap();
+    let shard = dir.join(index["weight_map"][name].as_str().unwrap());
+    let stored = Ckpt::header(&shard).0[name]["shape"].to_string();
     let logical = h
         .state()
         .session()
