@@ -26,14 +26,15 @@ struct DenseAcc {
     first_bad: Option<u64>,
     /// Values counted so far (F16, BF16).
     values: u64,
-    /// Every block counts as touched: the tensor passed [`MARKED_VALUES`].
+    /// The tensor passed [`MARKED_VALUES`]: blocks are no longer marked, and
+    /// those holding counts are found in the histogram itself.
     all_blocks: bool,
 }
 
 /// F16 and BF16 values whose blocks are marked one by one: a small tensor's
 /// walks then visit only its few blocks (a checkpoint of 20,000 tensors),
-/// while a large tensor's histogram is worth walking whole, and its loop
-/// saves the mark.
+/// while a large tensor's loop saves the mark, and its blocks are found by
+/// one pass over the histogram at the end.
 const MARKED_VALUES: u64 = 1 << 16;
 
 /// Values converted at once: `half`'s slice conversion is vectorised where
@@ -130,12 +131,9 @@ impl Drop for DenseAcc {
         if hist.len() != 1 << 16 {
             return;
         }
-        if self.all_blocks {
-            hist.fill(0);
-        } else {
-            for (block, _) in self.touched.iter().enumerate().filter(|(_, t)| **t) {
-                hist[block << 8..(block + 1) << 8].fill(0);
-            }
+        let blocks = self.blocks_of(&hist);
+        for block in (0..256).filter(|&b| blocks.has(b)) {
+            hist[block << 8..(block + 1) << 8].fill(0);
         }
         super::pool::give_cleared(hist);
     }
@@ -143,8 +141,14 @@ impl Drop for DenseAcc {
 
 impl DenseAcc {
     fn blocks(&self) -> stats::Blocks {
+        self.blocks_of(&self.hist)
+    }
+
+    /// The blocks of `hist` (this tensor's histogram) that may hold counts:
+    /// the marked ones, or past [`MARKED_VALUES`] those found holding one.
+    fn blocks_of(&self, hist: &[u32]) -> stats::Blocks {
         if self.all_blocks {
-            stats::Blocks::ALL
+            stats::Blocks::holding(hist)
         } else {
             stats::Blocks::from_flags(&self.touched)
         }
@@ -167,9 +171,9 @@ impl DenseAcc {
                 let Ok(hist) = <&mut [u32; 1 << 16]>::try_from(&mut self.hist[..]) else {
                     return;
                 };
-                // Past the first values, every block is taken as possibly
-                // touched (the walks skip empty cells, so only their speed
-                // depends on it) and the loop is the histogram alone.
+                // Past the first values, the blocks holding counts are
+                // found in the histogram at the end (`Blocks::holding`) and
+                // the loop is the histogram alone.
                 let mark = !self.all_blocks;
                 for (b, block) in units.chunks(2 * BLOCK).enumerate() {
                     let mut bad = false;

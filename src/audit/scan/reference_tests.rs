@@ -262,8 +262,9 @@ fn dense_scans_equal_the_naive_reference() {
                 ..Default::default()
             };
             // Every scan after the first takes the histogram the one
-            // before returned to this thread's pool (after 70,001 values,
-            // cleared whole; before, block by block): a count left behind
+            // before returned to this thread's pool (cleared block by
+            // block: after 70,001 values the blocks found holding counts,
+            // before, the blocks marked as values came): a count left behind
             // would show here.
             for max_piece in [1, 3, 1025, 1 << 20] {
                 let out = scan_in_pieces(&info, &bytes, &mut rng, max_piece).finish();
