@@ -543,7 +543,6 @@ impl RowOutliers {
     /// comes from the tensor's pattern histogram at the end
     /// ([`Self::add_patterns`]), so this loop is a plain maximum.
     fn see_halves(&mut self, bytes: &[u8], inf: u16) {
-        let rank = |c: &[u8; 2]| half_rank(*c, inf);
         let row_bytes = usize::try_from(self.groups).map_or(usize::MAX, |g| g.saturating_mul(2));
         let mut rest = bytes;
         while rest.len() >= 2 {
@@ -578,12 +577,7 @@ impl RowOutliers {
                     }
                 }
             }
-            self.cur_rank = now
-                .as_chunks::<2>()
-                .0
-                .iter()
-                .map(rank)
-                .fold(self.cur_rank, u16::max);
+            self.cur_rank = self.cur_rank.max(max_half_rank(now, inf));
             self.in_row += take as u64;
             if self.in_row == self.groups {
                 self.ranks.push(self.cur_rank);
