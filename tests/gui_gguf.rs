@@ -40,6 +40,12 @@ fn dropping_a_gguf_shows_its_metadata_tree_and_a_q4_k_histogram() {
     assert_eq!(g.app().session().unwrap().path, file);
     assert_eq!(g.verdict(), "Valid");
     assert_eq!(g.tensor_count(), 19);
+    // The Summary names what it hashed (no manifest here), and no rows of
+    // a manifest's declarations a GGUF does not make.
+    assert!(g.shows("header SHA-256"));
+    assert!(!g.shows("manifest SHA-256"));
+    assert!(!g.shows("source revision"));
+    assert!(!g.shows("config.json (expected)"));
     // The Summary: general open by default, the others collapsed with counts.
     assert!(g.shows("general (6)"), "general group");
     assert!(g.shows("\"llama\""), "general.architecture's value");

@@ -73,6 +73,9 @@ fn summary_leads_with_the_signature_and_shows_a_tampered_one_failing() {
     assert!(g.shows("Signature: signed (key"), "no failure line");
     assert!(g.shows("NOT verified"));
     assert!(!g.shows("all digests match"));
+    // The changed file says so in the Summary's file list, though the
+    // folder's own manifest was rewritten to agree with it.
+    assert!(g.shows("differs from the signature"), "file line");
     assert!(
         g.verdict().to_lowercase().contains("invalid"),
         "{}",

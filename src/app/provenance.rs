@@ -5,7 +5,7 @@
 use egui::RichText;
 
 use super::{FileState, Session};
-use crate::report::human_bytes;
+use crate::report::{human_bytes, lineage};
 
 /// Draws the summary tab. The totals were computed when the index arrived.
 pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
@@ -36,24 +36,36 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
                 "format",
                 p.format.clone().unwrap_or_else(|| b.format.name().into()),
             );
-            row(
-                "source revision",
-                p.source_revision.clone().unwrap_or_else(|| "—".into()),
-            );
-            row("profile", p.profile.clone().unwrap_or_else(|| "—".into()));
+            // A GGUF file or a checkpoint's config declares no source
+            // revision, profile or source config: no rows of dashes.
+            let declares = lineage::declares_source(b.format.name());
+            if declares {
+                row(
+                    "source revision",
+                    p.source_revision.clone().unwrap_or_else(|| "—".into()),
+                );
+                row("profile", p.profile.clone().unwrap_or_else(|| "—".into()));
+            }
             if p.calibrated.is_some() {
                 row(
                     "read as",
                     format!("{} (see Lineage)", crate::format::gptq::READING),
                 );
             }
-            row("manifest SHA-256", p.manifest_sha256.clone());
-            row(
-                "config.json (expected)",
-                p.expected_config_sha256
-                    .clone()
-                    .unwrap_or_else(|| "not given".into()),
-            );
+            if !p.manifest_sha256.is_empty() {
+                row(
+                    lineage::manifest_hash_label(b.format.name()),
+                    p.manifest_sha256.clone(),
+                );
+            }
+            if declares {
+                row(
+                    "config.json (expected)",
+                    p.expected_config_sha256
+                        .clone()
+                        .unwrap_or_else(|| "not given".into()),
+                );
+            }
             // Checkpoints: the config's architecture, sizes and
             // quantization block, the shards' metadata.
             for (k, v) in &p.extra {
@@ -67,7 +79,7 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
         let color = match state {
             FileState::Verified => egui::Color32::from_rgb(0x2e, 0xa0, 0x4e),
             FileState::VerifiedCached => egui::Color32::from_rgb(0x5b, 0x8a, 0x68),
-            FileState::Mismatch => ui.visuals().error_fg_color,
+            FileState::Mismatch | FileState::NotAsSigned => ui.visuals().error_fg_color,
             FileState::Hashed | FileState::ReadNotHashed => ui.visuals().text_color(),
             FileState::Pending => ui.visuals().weak_text_color(),
         };
@@ -76,6 +88,11 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
             let r = ui.label(RichText::new(state.text()).color(color));
             if state == FileState::VerifiedCached {
                 r.on_hover_text("From the cached audit: not hashed again in this session yet");
+            } else if state == FileState::NotAsSigned {
+                r.on_hover_text(
+                    "The signature lists another digest for this file (see oms.digest), \
+                     even where the folder's own manifest agrees with its bytes",
+                );
             }
         });
         for (what, v) in [

@@ -50,6 +50,9 @@ pub enum FileState {
     VerifiedCached,
     /// Differs from the expected value.
     Mismatch,
+    /// Its bytes differ from what the OMS signature lists (whatever the
+    /// folder's own manifest says of them).
+    NotAsSigned,
 }
 
 impl FileState {
@@ -62,6 +65,7 @@ impl FileState {
             Self::Verified => "✔ verified",
             Self::VerifiedCached => "✔ verified (cached)",
             Self::Mismatch => "✖ mismatch",
+            Self::NotAsSigned => "✖ differs from the signature",
         }
     }
 }
@@ -190,6 +194,9 @@ impl Session {
         let Some(f) = self.model.files.get(i) else {
             return FileState::Pending;
         };
+        if crate::report::lineage::differs_from_signature(&self.model.findings, &f.file) {
+            return FileState::NotAsSigned;
+        }
         match (f.ok, &f.sha256) {
             (Some(true), _) if self.cached.is_some() => FileState::VerifiedCached,
             (Some(true), _) => FileState::Verified,

@@ -192,6 +192,45 @@ pub fn signature_headline(sig: Option<&crate::signing::SignatureReport>) -> Stri
     )
 }
 
+/// Whether bundles of `format` (a format name) carry a manifest.json that
+/// declares a source revision, a profile and the source's config.json
+/// hash: GGUF files and safetensors checkpoints declare none of these.
+pub fn declares_source(format: &str) -> bool {
+    !matches!(format, "gguf" | "mlx-lm" | "safetensors")
+}
+
+/// What a bundle of `format` hashes as its manifest (`manifest_sha256`),
+/// named for a person: a GGUF has no manifest (its header bytes are
+/// hashed), a checkpoint's is its config.json (or, without one, its index).
+pub fn manifest_hash_label(format: &str) -> &'static str {
+    match format {
+        "gguf" => "header SHA-256",
+        "mlx-lm" => "config.json SHA-256",
+        "safetensors" => "config.json or index SHA-256",
+        _ => "manifest SHA-256",
+    }
+}
+
+/// The file a bundle of `format` hashes as its manifest, when it is a
+/// file of its own (not a GGUF's header).
+fn manifest_file(format: &str) -> Option<&'static str> {
+    match format {
+        "gguf" | "safetensors" => None,
+        "mlx-lm" => Some("config.json"),
+        _ => Some("manifest.json"),
+    }
+}
+
+/// Whether an OMS signature's digest of `file` (a path in the folder)
+/// differs from the file's: an `oms.digest` error naming it.
+pub fn differs_from_signature(findings: &[Finding], file: &str) -> bool {
+    findings.iter().any(|f| {
+        f.check == c::OMS_DIGEST
+            && f.severity == Severity::Error
+            && f.field.as_deref() == Some(file)
+    })
+}
+
 impl Chain {
     /// The chain of a finished report.
     pub fn of_report(r: &Report, compared: Option<&Compared>) -> Chain {
@@ -247,6 +286,11 @@ impl Chain {
                 Mark::Unknown,
                 "declared by the overlay's parent",
             ),
+            _ if !declares_source(i.format) => (
+                None,
+                Mark::Unknown,
+                "this format declares no source revision",
+            ),
             _ => (
                 p.source_revision.clone(),
                 Mark::Unknown,
@@ -257,11 +301,15 @@ impl Chain {
             kind: NodeKind::Source,
             title: "source revision".into(),
             subtitle: revision.clone().unwrap_or_else(|| "not given".into()),
-            hashes: vec![HashLine {
-                label: "config.json (expected)".into(),
-                value: p.expected_config_sha256.clone(),
-                mark: Mark::Unknown,
-            }],
+            hashes: if declares_source(i.format) || declared.is_some() {
+                vec![HashLine {
+                    label: "config.json (expected)".into(),
+                    value: p.expected_config_sha256.clone(),
+                    mark: Mark::Unknown,
+                }]
+            } else {
+                Vec::new()
+            },
             mark: rev_mark,
             note: Some(rev_note.into()),
         });
@@ -388,17 +436,31 @@ impl Chain {
         }
 
         // This bundle.
-        let manifest_mark = by_findings(c::BUNDLE_CHANGED);
-        let mut hashes = vec![HashLine {
-            label: "manifest SHA-256".into(),
-            value: Some(p.manifest_sha256.clone()),
-            mark: manifest_mark,
-        }];
+        // A file whose bytes differ from what the signature lists is a
+        // mismatch, whatever the folder's own manifest says of it.
+        let unsigned_bytes = |file: &str| differs_from_signature(i.findings, file);
+        let manifest_mark = match manifest_file(i.format) {
+            Some(m) if unsigned_bytes(m) => Mark::Mismatch,
+            _ => by_findings(c::BUNDLE_CHANGED),
+        };
+        let mut hashes = Vec::new();
+        // A checkpoint of shards alone has no JSON to hash.
+        if !p.manifest_sha256.is_empty() {
+            hashes.push(HashLine {
+                label: manifest_hash_label(i.format).into(),
+                value: Some(p.manifest_sha256.clone()),
+                mark: manifest_mark,
+            });
+        }
         for f in i.files {
             hashes.push(HashLine {
                 label: format!("{} SHA-256", f.file),
                 value: f.sha256.clone().or_else(|| f.expected_sha256.clone()),
-                mark: Mark::of(f.ok),
+                mark: if unsigned_bytes(&f.file) {
+                    Mark::Mismatch
+                } else {
+                    Mark::of(f.ok)
+                },
             });
         }
         if let Some(d) = declared {
@@ -438,6 +500,11 @@ impl Chain {
             }),
         });
         if declared.is_none() {
+            let detail = if declares_source(i.format) {
+                "declared only: bundlescope does not read the source checkpoint here (spotcheck --reference measures against it)"
+            } else {
+                "not declared: spotcheck --reference measures against a source checkpoint you give"
+            };
             links.insert(
                 0,
                 Link::new(
@@ -445,7 +512,7 @@ impl Chain {
                     vec![LinkCheck {
                         check: "source_revision".into(),
                         mark: Mark::Unknown,
-                        detail: "declared only: bundlescope does not read the source checkpoint here (spotcheck --reference measures against it)".into(),
+                        detail: detail.into(),
                     }],
                 ),
             );
@@ -492,7 +559,7 @@ impl Chain {
                     subtitle: format!("{} ({})", cmp.path, cmp.format.as_deref().unwrap_or("?")),
                     hashes: vec![
                         HashLine {
-                            label: "manifest SHA-256".into(),
+                            label: manifest_hash_label(cmp.format.as_deref().unwrap_or("")).into(),
                             value: cmp.manifest_sha256.clone(),
                             mark: Mark::Unknown,
                         },
@@ -658,5 +725,79 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("weights.bin SHA-256"), "{text}");
+    }
+
+    #[test]
+    fn a_file_the_signature_lists_otherwise_is_a_mismatch_though_its_manifest_agrees() {
+        let p = Provenance {
+            manifest_sha256: "m".into(),
+            ..Provenance::default()
+        };
+        let files = [FileRow {
+            file: "weights.bin".into(),
+            bytes: Some(1),
+            sha256: Some("s".into()),
+            expected_sha256: Some("s".into()),
+            ok: Some(true),
+        }];
+        let signed = |file: &str| {
+            Finding::error(c::OMS_DIGEST, format!("{file} has sha256 …")).field(file.to_string())
+        };
+        let line = |c: &Chain, label: &str| {
+            c.nodes[1]
+                .hashes
+                .iter()
+                .find(|h| h.label == label)
+                .map(|h| h.mark)
+        };
+        let c = Chain::build(&inputs(&p, &files, &[signed("weights.bin")]), None);
+        assert_eq!(line(&c, "weights.bin SHA-256"), Some(Mark::Mismatch));
+        assert_eq!(line(&c, "manifest SHA-256"), Some(Mark::Verified));
+        let c = Chain::build(&inputs(&p, &files, &[signed("manifest.json")]), None);
+        assert_eq!(line(&c, "weights.bin SHA-256"), Some(Mark::Verified));
+        assert_eq!(line(&c, "manifest SHA-256"), Some(Mark::Mismatch));
+        // Another check naming the file is not the signature's.
+        let other = Finding::error(c::PAYLOAD_SHA256, "x").field("weights.bin".to_string());
+        let c = Chain::build(&inputs(&p, &files, &[other]), None);
+        assert_eq!(line(&c, "weights.bin SHA-256"), Some(Mark::Verified));
+    }
+
+    #[test]
+    fn checkpoints_name_their_own_hashes_and_declare_no_source() {
+        let p = Provenance {
+            manifest_sha256: "h".into(),
+            ..Provenance::default()
+        };
+        for (format, label) in [
+            ("gguf", "header SHA-256"),
+            ("mlx-lm", "config.json SHA-256"),
+            ("safetensors", "config.json or index SHA-256"),
+        ] {
+            let i = Inputs {
+                format,
+                ..inputs(&p, &[], &[])
+            };
+            let c = Chain::build(&i, None);
+            let labels: Vec<_> = c.nodes[1].hashes.iter().map(|h| h.label.as_str()).collect();
+            assert_eq!(labels, [label], "{format}");
+            // No expected config line, and the source says it is not declared.
+            assert!(c.nodes[0].hashes.is_empty(), "{format}");
+            assert_eq!(c.nodes[0].subtitle, "not given");
+            assert!(
+                c.links[0].checks[0].detail.starts_with("not declared"),
+                "{format}"
+            );
+        }
+        // Shards alone: no JSON, no hash line for it.
+        let bare = Provenance::default();
+        let i = Inputs {
+            format: "safetensors",
+            ..inputs(&bare, &[], &[])
+        };
+        assert!(Chain::build(&i, None).nodes[1].hashes.is_empty());
+        // An audio8 bundle keeps its manifest's lines.
+        let c = Chain::build(&inputs(&p, &[], &[]), None);
+        assert_eq!(c.nodes[1].hashes[0].label, "manifest SHA-256");
+        assert_eq!(c.nodes[0].hashes[0].label, "config.json (expected)");
     }
 }
