@@ -634,6 +634,15 @@ fn the_markdown_report_and_the_lineage_text_lead_with_the_signature() {
     let md = cli(&args).stdout;
     assert!(md.contains("- verified: **no**"), "{md}");
     assert!(!md.contains("all digests match"), "{md}");
+    // The text summary's file line: the manifest was rewritten to agree
+    // with the changed bytes, the signature was not.
+    args.retain(|a| *a != "--markdown");
+    let text = cli(&args).stdout;
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("weights.bin"))
+        .unwrap_or_else(|| panic!("no weights.bin line: {text}"));
+    assert!(line.ends_with("DIFFERS FROM THE SIGNATURE"), "{line}");
 }
 
 #[test]
