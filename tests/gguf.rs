@@ -131,6 +131,46 @@ fn gguf_py_files_audit_valid_and_export_equals_gguf_py_dequantize() {
 /// Q8_K: gguf-py has no dequantizer for it; decoded here from its layout
 /// (F32 d, 256 int8, 16 int16 sums) and compared with `export`.
 #[test]
+fn the_lineage_names_the_base_models_gguf_py_wrote() {
+    let Some((_tmp, dir)) = gguf_py_files() else {
+        return;
+    };
+    // gguf-py's reading of the source keys.
+    let source: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("source.json")).unwrap()).unwrap();
+    let key = |k: &str| {
+        source[k]
+            .as_str()
+            .unwrap_or_else(|| panic!("{k}: {source:#}"))
+    };
+    let first = format!(
+        "{}/{} {}",
+        key("general.base_model.0.organization"),
+        key("general.base_model.0.name"),
+        key("general.base_model.0.version")
+    );
+    let second = key("general.base_model.1.name");
+    let run = cli(&[
+        "audit",
+        dir.join("model.gguf").to_str().unwrap(),
+        "--markdown",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let md = &run.stdout;
+    assert!(
+        md.contains(&format!("base model: {first}, {second}")),
+        "{md}"
+    );
+    for url in [
+        key("general.base_model.0.repo_url"),
+        key("general.source.url"),
+    ] {
+        assert!(md.contains(url), "{url}: {md}");
+    }
+    assert!(md.contains("**source**: base model:"), "{md}");
+}
+
+#[test]
 fn q8_k_export_equals_a_decoder_written_here() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::create_dir(tmp.path().join("m")).unwrap();

@@ -221,6 +221,89 @@ fn manifest_file(format: &str) -> Option<&'static str> {
     }
 }
 
+/// Base models a GGUF file's metadata lists at most (a hostile count is
+/// not followed further).
+const MAX_BASE_MODELS: u32 = 8;
+
+/// Characters of a metadata string shown at most.
+const MAX_SHOWN_CHARS: usize = 200;
+
+/// What a GGUF file's metadata declares of its source (`general.base_model.*`,
+/// `general.source.*`, as llama.cpp's converter writes them): the node's
+/// subtitle and one line per repository or address; `None` when it
+/// declares nothing.
+fn gguf_source(meta: &crate::format::gguf::Metadata) -> Option<(String, Vec<HashLine>)> {
+    use crate::format::gguf::Value;
+    let text = |key: &str| match meta.get(key) {
+        Some(Value::Str(s)) if !s.trim().is_empty() => {
+            let s = s.trim();
+            Some(match s.char_indices().nth(MAX_SHOWN_CHARS) {
+                Some((at, _)) => format!("{}…", &s[..at]),
+                None => s.to_string(),
+            })
+        }
+        _ => None,
+    };
+    let count = match meta.get("general.base_model.count") {
+        Some(Value::U32(n)) => u64::from(*n),
+        Some(Value::U64(n)) => *n,
+        Some(Value::I32(n)) => u64::try_from(*n).unwrap_or(0),
+        Some(Value::I64(n)) => u64::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    let mut names = Vec::new();
+    let mut lines = Vec::new();
+    for i in 0..count.min(u64::from(MAX_BASE_MODELS)) {
+        let key = |field: &str| format!("general.base_model.{i}.{field}");
+        let name = text(&key("name"));
+        let org = text(&key("organization"));
+        let version = text(&key("version"));
+        let mut shown = match (org, name) {
+            (Some(o), Some(n)) => format!("{o}/{n}"),
+            (None, Some(n)) => n,
+            (Some(o), None) => format!("{o}/?"),
+            (None, None) => format!("base model {i}"),
+        };
+        if let Some(v) = version {
+            shown = format!("{shown} {v}");
+        }
+        names.push(shown);
+        for (field, label) in [("repo_url", "repository"), ("url", "address")] {
+            if let Some(v) = text(&key(field)) {
+                lines.push(HashLine {
+                    label: format!("base model {i} {label}"),
+                    value: Some(v),
+                    mark: Mark::Unknown,
+                });
+            }
+        }
+    }
+    if count > u64::from(MAX_BASE_MODELS) {
+        names.push(format!("{} more", count - u64::from(MAX_BASE_MODELS)));
+    }
+    for (key, label) in [
+        ("general.source.repo_url", "source repository"),
+        ("general.source.url", "source address"),
+    ] {
+        if let Some(v) = text(key) {
+            lines.push(HashLine {
+                label: label.into(),
+                value: Some(v),
+                mark: Mark::Unknown,
+            });
+        }
+    }
+    if names.is_empty() && lines.is_empty() {
+        return None;
+    }
+    let subtitle = if names.is_empty() {
+        "a source address".to_string()
+    } else {
+        format!("base model: {}", names.join(", "))
+    };
+    Some((subtitle, lines))
+}
+
 /// Whether an OMS signature's digest of `file` (a path in the folder)
 /// differs from the file's: an `oms.digest` error naming it.
 pub fn differs_from_signature(findings: &[Finding], file: &str) -> bool {
@@ -274,7 +357,8 @@ impl Chain {
         let mut nodes = Vec::new();
         let mut links = Vec::new();
 
-        // Source revision.
+        // Source revision (a GGUF file: the base models its metadata names).
+        let gguf_declares = p.gguf.as_deref().and_then(gguf_source);
         let (revision, rev_mark, rev_note) = match (declared, g) {
             (Some(d), Some(g)) => (
                 d.parent.source_revision.clone(),
@@ -285,6 +369,11 @@ impl Chain {
                 d.parent.source_revision.clone(),
                 Mark::Unknown,
                 "declared by the overlay's parent",
+            ),
+            _ if gguf_declares.is_some() => (
+                gguf_declares.as_ref().map(|(subtitle, _)| subtitle.clone()),
+                Mark::Unknown,
+                "declared by the GGUF metadata (general.base_model, general.source); the source checkpoint is not at hand",
             ),
             _ if !declares_source(i.format) => (
                 None,
@@ -299,9 +388,15 @@ impl Chain {
         };
         nodes.push(Node {
             kind: NodeKind::Source,
-            title: "source revision".into(),
+            title: if gguf_declares.is_some() {
+                "source".into()
+            } else {
+                "source revision".into()
+            },
             subtitle: revision.clone().unwrap_or_else(|| "not given".into()),
-            hashes: if declares_source(i.format) || declared.is_some() {
+            hashes: if let Some((_, lines)) = gguf_declares.clone() {
+                lines
+            } else if declares_source(i.format) || declared.is_some() {
                 vec![HashLine {
                     label: "config.json (expected)".into(),
                     value: p.expected_config_sha256.clone(),
@@ -500,7 +595,7 @@ impl Chain {
             }),
         });
         if declared.is_none() {
-            let detail = if declares_source(i.format) {
+            let detail = if declares_source(i.format) || gguf_declares.is_some() {
                 "declared only: bundlescope does not read the source checkpoint here (spotcheck --reference measures against it)"
             } else {
                 "not declared: spotcheck --reference measures against a source checkpoint you give"
@@ -760,6 +855,60 @@ mod tests {
         let other = Finding::error(c::PAYLOAD_SHA256, "x").field("weights.bin".to_string());
         let c = Chain::build(&inputs(&p, &files, &[other]), None);
         assert_eq!(line(&c, "weights.bin SHA-256"), Some(Mark::Verified));
+    }
+
+    #[test]
+    fn a_gguf_source_is_read_within_bounds_from_its_metadata() {
+        use crate::format::gguf::{Kv, Metadata, Value};
+        let meta = |kvs: Vec<(&str, Value)>| Metadata {
+            version: 3,
+            alignment: 32,
+            data_start: 0,
+            kvs: kvs
+                .into_iter()
+                .map(|(k, value)| Kv {
+                    key: k.into(),
+                    value,
+                    offset: 0,
+                })
+                .collect(),
+        };
+        let source = |m: Metadata| {
+            let p = Provenance {
+                manifest_sha256: "h".into(),
+                gguf: Some(std::sync::Arc::new(m)),
+                ..Provenance::default()
+            };
+            let i = Inputs {
+                format: "gguf",
+                ..inputs(&p, &[], &[])
+            };
+            Chain::build(&i, None).nodes.remove(0)
+        };
+        // A hostile count is not followed, a long name is cut, a value of
+        // the wrong type is not shown.
+        let long = "n".repeat(10_000);
+        let n = source(meta(vec![
+            ("general.base_model.count", Value::U32(u32::MAX)),
+            ("general.base_model.0.name", Value::Str(long)),
+            ("general.base_model.1.name", Value::U32(7)),
+            (
+                "general.base_model.1.repo_url",
+                Value::Str("https://r".into()),
+            ),
+        ]));
+        assert_eq!(n.title, "source");
+        assert!(n.subtitle.starts_with("base model: nnn"), "{}", n.subtitle);
+        assert!(n.subtitle.len() < 1_000, "{}", n.subtitle.len());
+        assert!(n.subtitle.contains(", base model 1,"), "{}", n.subtitle);
+        assert!(n.subtitle.ends_with(&format!("{} more", u32::MAX - 8)));
+        let lines: Vec<_> = n.hashes.iter().map(|h| h.label.as_str()).collect();
+        assert_eq!(lines, ["base model 1 repository"]);
+        // Nothing declared: the format's own words.
+        let n = source(meta(vec![("general.name", Value::Str("x".into()))]));
+        assert_eq!(n.title, "source revision");
+        assert_eq!(n.subtitle, "not given");
+        assert!(n.hashes.is_empty());
     }
 
     #[test]

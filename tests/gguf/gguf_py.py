@@ -9,7 +9,9 @@ can only dequantize (`raw.TYPE`). Then reads the file back with GGUFReader
 and writes, per tensor, gguf.quants.dequantize(...) as OUT_DIR/NAME.npy,
 and OUT_DIR/index.json: name -> type, shape (PyTorch order) and, for the
 Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 tensors, the code counts unpacked here with numpy
-(independently of bundlescope's decoder).
+(independently of bundlescope's decoder). The file also names two base
+models and a source address (`general.base_model.*`, `general.source.url`);
+OUT_DIR/source.json holds gguf-py's reading of those keys.
 """
 import json
 import sys
@@ -36,6 +38,14 @@ w.add_name("gguf-py sample")
 w.add_context_length(4096)
 w.add_token_list([f"tok{i}" for i in range(300)])
 w.add_chat_template("{{ messages }}")
+# What llama.cpp's converter writes of a fine-tune's source.
+w.add_base_model_count(2)
+w.add_base_model_name(0, "Tiny Base")
+w.add_base_model_organization(0, "Example Org")
+w.add_base_model_version(0, "v1.5")
+w.add_base_model_repo_url(0, "https://huggingface.co/example-org/tiny-base")
+w.add_base_model_name(1, "Second Parent")
+w.add_source_url("https://example.org/paper")
 rows, cols = 8, 512
 written = {}
 for qt in QUANT:
@@ -98,4 +108,10 @@ for t in r.tensors:
         entry["counts"] = counts(qt, np.asarray(t.data).view(np.uint8))
     index[t.name] = entry
 (out / "index.json").write_text(json.dumps(index, indent=1))
+# gguf-py's own reading of the source keys, for the lineage's.
+source = {}
+for name, field in r.fields.items():
+    if name.startswith("general.base_model.") or name.startswith("general.source."):
+        source[name] = field.contents()
+(out / "source.json").write_text(json.dumps(source, indent=1))
 print(json.dumps({k: v["type"] for k, v in index.items()}))
