@@ -75,7 +75,7 @@ fn summary_leads_with_the_signature_and_shows_a_tampered_one_failing() {
     assert!(!g.shows("all digests match"));
     // The changed file says so in the Summary's file list, though the
     // folder's own manifest was rewritten to agree with it.
-    assert!(g.shows("differs from the signature"), "file line");
+    assert!(g.shows("✖ not as signed"), "file line");
     assert!(
         g.verdict().to_lowercase().contains("invalid"),
         "{}",

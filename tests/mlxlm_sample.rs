@@ -155,3 +155,37 @@ fn the_mixed_sample_carries_per_module_bits_and_bad_options_are_refused() {
         assert_ne!(r.code, 0, "{bad:?} accepted");
     }
 }
+
+#[test]
+fn each_format_names_the_file_it_hashes_as_its_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sample = |name: &str, args: &[&str]| {
+        let dir = tmp.path().join(name);
+        let mut a = vec!["sample", dir.to_str().unwrap()];
+        a.extend(args);
+        assert_eq!(cli(&a).code, 0, "{name}");
+        dir
+    };
+    let file_of = |dir: &Path| {
+        bundlescope::format::open(dir)
+            .unwrap()
+            .provenance
+            .manifest_file
+    };
+    let audio8 = sample("a8", &[]);
+    assert_eq!(file_of(&audio8).as_deref(), Some("manifest.json"));
+    let ck = sample("ck", &["--format", "mlx-lm", "--shards", "2"]);
+    assert_eq!(file_of(&ck).as_deref(), Some("config.json"));
+    // Without its config.json the checkpoint is plain safetensors: its
+    // index is what it hashes.
+    fs::remove_file(ck.join("config.json")).unwrap();
+    assert_eq!(
+        file_of(&ck).as_deref(),
+        Some("model.safetensors.index.json")
+    );
+    // Shards alone: nothing.
+    fs::remove_file(ck.join("model.safetensors.index.json")).unwrap();
+    assert_eq!(file_of(&ck), None);
+    let gguf = sample("gg", &["--format", "gguf"]);
+    assert_eq!(file_of(&gguf), None);
+}

@@ -54,7 +54,7 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
             }
             if !p.manifest_sha256.is_empty() {
                 row(
-                    lineage::manifest_hash_label(b.format.name()),
+                    &lineage::manifest_hash_label(b.format.name(), p.manifest_file.as_deref()),
                     p.manifest_sha256.clone(),
                 );
             }
@@ -90,8 +90,9 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
                 r.on_hover_text("From the cached audit: not hashed again in this session yet");
             } else if state == FileState::NotAsSigned {
                 r.on_hover_text(
-                    "The signature lists another digest for this file (see oms.digest), \
-                     even where the folder's own manifest agrees with its bytes",
+                    "The OMS signature does not vouch for these bytes: a digest differs, a \
+                     signed range is gone or bytes are not covered (see the oms.* findings), \
+                     even where the folder's own manifest agrees with them",
                 );
             }
         });

@@ -50,7 +50,8 @@ pub enum FileState {
     VerifiedCached,
     /// Differs from the expected value.
     Mismatch,
-    /// Its bytes differ from what the OMS signature lists (whatever the
+    /// The OMS signature does not vouch for its bytes: a digest differs, a
+    /// signed range is gone, or bytes are not covered (whatever the
     /// folder's own manifest says of them).
     NotAsSigned,
 }
@@ -65,7 +66,7 @@ impl FileState {
             Self::Verified => "✔ verified",
             Self::VerifiedCached => "✔ verified (cached)",
             Self::Mismatch => "✖ mismatch",
-            Self::NotAsSigned => "✖ differs from the signature",
+            Self::NotAsSigned => "✖ not as signed",
         }
     }
 }
@@ -194,7 +195,7 @@ impl Session {
         let Some(f) = self.model.files.get(i) else {
             return FileState::Pending;
         };
-        if crate::report::lineage::differs_from_signature(&self.model.findings, &f.file) {
+        if crate::report::lineage::not_as_signed(&self.model.findings, &f.file) {
             return FileState::NotAsSigned;
         }
         match (f.ok, &f.sha256) {

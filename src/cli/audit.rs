@@ -221,11 +221,11 @@ fn print_summary(r: &Report) {
     }
     println!("\nfiles:");
     for f in &r.files {
-        let not_signed = bundlescope::report::lineage::differs_from_signature(&r.findings, &f.file);
+        let not_signed = bundlescope::report::lineage::not_as_signed(&r.findings, &f.file);
         let mark = match f.ok {
-            // The signature lists other bytes: whatever the folder's own
-            // manifest says of them.
-            _ if not_signed => "DIFFERS FROM THE SIGNATURE",
+            // The signature does not vouch for these bytes: whatever the
+            // folder's own manifest says of them.
+            _ if not_signed => "NOT AS SIGNED",
             Some(true) => "verified",
             Some(false) => "MISMATCH",
             // Read to the end but not hashed whole: a signature by shards

@@ -120,6 +120,23 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, OpenError> {
 
 /// Opens `path` (a bundle folder, or the `manifest.json` inside one).
 pub fn open(path: &Path) -> Result<Bundle, OpenError> {
+    let mut bundle = open_any(path)?;
+    bundle.provenance.manifest_file = manifest_file_of(&bundle);
+    Ok(bundle)
+}
+
+/// The file a bundle hashes as its manifest, relative to its folder
+/// (`None` for a GGUF, whose header is hashed, and for a checkpoint of
+/// shards alone).
+fn manifest_file_of(b: &Bundle) -> Option<String> {
+    if b.format == FormatKind::Gguf || b.manifest_bytes.is_empty() {
+        return None;
+    }
+    let rel = b.manifest_path.strip_prefix(&b.dir).ok()?.to_str()?;
+    (!rel.is_empty()).then(|| rel.replace('\\', "/"))
+}
+
+fn open_any(path: &Path) -> Result<Bundle, OpenError> {
     let meta = fs::metadata(path).map_err(|source| OpenError::Io {
         path: path.to_path_buf(),
         source,

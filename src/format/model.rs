@@ -582,6 +582,12 @@ pub struct Provenance {
     pub expected_config_sha256: Option<String>,
     /// SHA-256 of manifest.json as read (of a GGUF's header bytes).
     pub manifest_sha256: String,
+    /// The file `manifest_sha256` hashes, relative to the bundle's folder,
+    /// when it is a file of its own (an audio8 manifest.json, a
+    /// checkpoint's config.json or index; not a GGUF's header). Set by
+    /// [`crate::format::open`].
+    #[serde(skip)]
+    pub manifest_file: Option<String>,
     /// A calibrated GPTQ-Q4 overlay's `provenance` block as declared.
     #[serde(skip)]
     pub calibrated: Option<std::sync::Arc<super::gptq::Declared>>,

@@ -194,30 +194,24 @@ pub fn signature_headline(sig: Option<&crate::signing::SignatureReport>) -> Stri
 
 /// Whether bundles of `format` (a format name) carry a manifest.json that
 /// declares a source revision, a profile and the source's config.json
-/// hash: GGUF files and safetensors checkpoints declare none of these.
+/// hash: GGUF files, safetensors checkpoints and NVFP4 artifacts declare
+/// none of these.
 pub fn declares_source(format: &str) -> bool {
-    !matches!(format, "gguf" | "mlx-lm" | "safetensors")
+    !matches!(format, "gguf" | "mlx-lm" | "safetensors" | "mlx-nvfp4")
 }
 
 /// What a bundle of `format` hashes as its manifest (`manifest_sha256`),
 /// named for a person: a GGUF has no manifest (its header bytes are
-/// hashed), a checkpoint's is its config.json (or, without one, its index).
-pub fn manifest_hash_label(format: &str) -> &'static str {
-    match format {
-        "gguf" => "header SHA-256",
-        "mlx-lm" => "config.json SHA-256",
-        "safetensors" => "config.json or index SHA-256",
-        _ => "manifest SHA-256",
-    }
-}
-
-/// The file a bundle of `format` hashes as its manifest, when it is a
-/// file of its own (not a GGUF's header).
-fn manifest_file(format: &str) -> Option<&'static str> {
-    match format {
-        "gguf" | "safetensors" => None,
-        "mlx-lm" => Some("config.json"),
-        _ => Some("manifest.json"),
+/// hashed), a checkpoint's is its config.json or index (`file`: the
+/// [`Provenance::manifest_file`], when known).
+pub fn manifest_hash_label(format: &str, file: Option<&str>) -> String {
+    match (format, file) {
+        ("gguf", _) => "header SHA-256".into(),
+        (_, Some("manifest.json")) => "manifest SHA-256".into(),
+        (_, Some(f)) => format!("{f} SHA-256"),
+        ("mlx-lm", None) => "config.json SHA-256".into(),
+        ("safetensors", None) => "config.json or index SHA-256".into(),
+        _ => "manifest SHA-256".into(),
     }
 }
 
@@ -304,11 +298,13 @@ fn gguf_source(meta: &crate::format::gguf::Metadata) -> Option<(String, Vec<Hash
     Some((subtitle, lines))
 }
 
-/// Whether an OMS signature's digest of `file` (a path in the folder)
-/// differs from the file's: an `oms.digest` error naming it.
-pub fn differs_from_signature(findings: &[Finding], file: &str) -> bool {
+/// Whether the OMS signature does not vouch for the bytes of `file` (a
+/// path in the folder): an error naming it of a digest that differs, a
+/// signed range the file no longer has, or bytes (or the whole file) that
+/// no signed resource covers.
+pub fn not_as_signed(findings: &[Finding], file: &str) -> bool {
     findings.iter().any(|f| {
-        f.check == c::OMS_DIGEST
+        [c::OMS_DIGEST, c::OMS_MISSING, c::OMS_UNSIGNED].contains(&f.check)
             && f.severity == Severity::Error
             && f.field.as_deref() == Some(file)
     })
@@ -533,8 +529,8 @@ impl Chain {
         // This bundle.
         // A file whose bytes differ from what the signature lists is a
         // mismatch, whatever the folder's own manifest says of it.
-        let unsigned_bytes = |file: &str| differs_from_signature(i.findings, file);
-        let manifest_mark = match manifest_file(i.format) {
+        let unsigned_bytes = |file: &str| not_as_signed(i.findings, file);
+        let manifest_mark = match p.manifest_file.as_deref() {
             Some(m) if unsigned_bytes(m) => Mark::Mismatch,
             _ => by_findings(c::BUNDLE_CHANGED),
         };
@@ -542,7 +538,7 @@ impl Chain {
         // A checkpoint of shards alone has no JSON to hash.
         if !p.manifest_sha256.is_empty() {
             hashes.push(HashLine {
-                label: manifest_hash_label(i.format).into(),
+                label: manifest_hash_label(i.format, p.manifest_file.as_deref()),
                 value: Some(p.manifest_sha256.clone()),
                 mark: manifest_mark,
             });
@@ -654,7 +650,7 @@ impl Chain {
                     subtitle: format!("{} ({})", cmp.path, cmp.format.as_deref().unwrap_or("?")),
                     hashes: vec![
                         HashLine {
-                            label: manifest_hash_label(cmp.format.as_deref().unwrap_or("")).into(),
+                            label: manifest_hash_label(cmp.format.as_deref().unwrap_or(""), None),
                             value: cmp.manifest_sha256.clone(),
                             mark: Mark::Unknown,
                         },
@@ -826,6 +822,7 @@ mod tests {
     fn a_file_the_signature_lists_otherwise_is_a_mismatch_though_its_manifest_agrees() {
         let p = Provenance {
             manifest_sha256: "m".into(),
+            manifest_file: Some("manifest.json".into()),
             ..Provenance::default()
         };
         let files = [FileRow {
@@ -851,10 +848,45 @@ mod tests {
         let c = Chain::build(&inputs(&p, &files, &[signed("manifest.json")]), None);
         assert_eq!(line(&c, "weights.bin SHA-256"), Some(Mark::Verified));
         assert_eq!(line(&c, "manifest SHA-256"), Some(Mark::Mismatch));
-        // Another check naming the file is not the signature's.
+        // A signed range gone (the file shortened) or bytes no shard covers
+        // (the file grown): no digest differs, the file is still not as signed.
+        for check in [c::OMS_MISSING, c::OMS_UNSIGNED] {
+            let f = Finding::error(check, "x").field("weights.bin".to_string());
+            let c = Chain::build(&inputs(&p, &files, &[f]), None);
+            assert_eq!(line(&c, "weights.bin SHA-256"), Some(Mark::Mismatch));
+            assert!(not_as_signed(&c_findings(check), "weights.bin"));
+        }
+        // Another check naming the file is not the signature's, and a
+        // warning is no verdict.
         let other = Finding::error(c::PAYLOAD_SHA256, "x").field("weights.bin".to_string());
         let c = Chain::build(&inputs(&p, &files, &[other]), None);
         assert_eq!(line(&c, "weights.bin SHA-256"), Some(Mark::Verified));
+        let warn = Finding::warning(c::OMS_UNSIGNED, "x").field("weights.bin".to_string());
+        assert!(!not_as_signed(&[warn], "weights.bin"));
+        // A checkpoint whose manifest is its index: that file's line.
+        let ck = Provenance {
+            manifest_sha256: "m".into(),
+            manifest_file: Some("model.safetensors.index.json".into()),
+            ..Provenance::default()
+        };
+        let i = Inputs {
+            format: "safetensors",
+            ..inputs(&ck, &files, &[])
+        };
+        let found = [signed("model.safetensors.index.json")];
+        let i = Inputs {
+            findings: &found,
+            ..i
+        };
+        let c = Chain::build(&i, None);
+        assert_eq!(
+            line(&c, "model.safetensors.index.json SHA-256"),
+            Some(Mark::Mismatch)
+        );
+    }
+
+    fn c_findings(check: CheckId) -> Vec<Finding> {
+        vec![Finding::error(check, "x").field("weights.bin".to_string())]
     }
 
     #[test]
