@@ -229,12 +229,10 @@ const MAX_SHOWN_CHARS: usize = 200;
 fn gguf_source(meta: &crate::format::gguf::Metadata) -> Option<(String, Vec<HashLine>)> {
     use crate::format::gguf::Value;
     let text = |key: &str| match meta.get(key) {
+        // Control and invisible characters (a bidirectional override that
+        // would reorder the line) written out, the length cut.
         Some(Value::Str(s)) if !s.trim().is_empty() => {
-            let s = s.trim();
-            Some(match s.char_indices().nth(MAX_SHOWN_CHARS) {
-                Some((at, _)) => format!("{}…", &s[..at]),
-                None => s.to_string(),
-            })
+            Some(crate::util::text::shown(s.trim(), MAX_SHOWN_CHARS).into_owned())
         }
         _ => None,
     };
@@ -928,6 +926,10 @@ mod tests {
                 "general.base_model.1.repo_url",
                 Value::Str("https://r".into()),
             ),
+            (
+                "general.source.url",
+                Value::Str("https://a\u{202e}gpj.exe\n".into()),
+            ),
         ]));
         assert_eq!(n.title, "source");
         assert!(n.subtitle.starts_with("base model: nnn"), "{}", n.subtitle);
@@ -935,7 +937,12 @@ mod tests {
         assert!(n.subtitle.contains(", base model 1,"), "{}", n.subtitle);
         assert!(n.subtitle.ends_with(&format!("{} more", u32::MAX - 8)));
         let lines: Vec<_> = n.hashes.iter().map(|h| h.label.as_str()).collect();
-        assert_eq!(lines, ["base model 1 repository"]);
+        assert_eq!(lines, ["base model 1 repository", "source address"]);
+        // A right-to-left override is shown, not obeyed.
+        assert_eq!(
+            n.hashes[1].value.as_deref(),
+            Some("https://a\\u{202e}gpj.exe")
+        );
         // Nothing declared: the format's own words.
         let n = source(meta(vec![("general.name", Value::Str("x".into()))]));
         assert_eq!(n.title, "source revision");
