@@ -367,16 +367,7 @@ fn quality_view_ranks_the_broken_tensor_first_and_selects_it() {
         .click();
     g.harness.run_steps(2);
     let rows = bundlescope::app::quality_rows(g.app());
-    let i = g
-        .app()
-        .session()
-        .unwrap()
-        .model
-        .bundle
-        .as_ref()
-        .unwrap()
-        .find(name)
-        .unwrap();
+    let i = g.index(name);
     assert_eq!(rows.first().map(|r| r.0), Some(i), "worst tensor first");
     assert!(rows[0].1.reserved_codes > 0);
     assert!(rows.windows(2).all(|w| w[0].2.score >= w[1].2.score));

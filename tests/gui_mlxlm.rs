@@ -187,18 +187,7 @@ fn the_detail_panel_shows_a_packed_weights_header_shape_and_quantization() {
             .unwrap();
     let shard = dir.join(index["weight_map"][name].as_str().unwrap());
     let stored = Ckpt::header(&shard).0[name]["shape"].to_string();
-    let logical = h
-        .state()
-        .session()
-        .unwrap()
-        .model
-        .bundle
-        .as_ref()
-        .unwrap()
-        .tensors[h.index(name)]
-    .shape
-    .clone()
-    .unwrap();
+    let logical = h.bundle().tensors[h.index(name)].shape.clone().unwrap();
     assert_ne!(
         serde_json::json!(logical).to_string(),
         stored,

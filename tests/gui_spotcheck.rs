@@ -129,13 +129,7 @@ fn spot_check_all_shows_progress_and_cancels() {
     let mut h = harness();
     h.open(&dir);
     let packed = h
-        .state()
-        .session()
-        .unwrap()
-        .model
-        .bundle
-        .as_ref()
-        .unwrap()
+        .bundle()
         .tensors
         .iter()
         .filter(|t| t.precision.packed().is_some() && t.alias_of.is_none())

@@ -118,6 +118,16 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, OpenError> {
     Ok(bytes)
 }
 
+/// The finding text for tensor `name` stored in more than one of `files`.
+pub(crate) fn stored_in_shards<'a>(name: &str, files: impl IntoIterator<Item = &'a str>) -> String {
+    let files: Vec<&str> = files.into_iter().collect();
+    format!(
+        "{name} is stored in {} shards: {}",
+        files.len(),
+        files.join(", ")
+    )
+}
+
 /// Opens `path` (a bundle folder, or the `manifest.json` inside one).
 pub fn open(path: &Path) -> Result<Bundle, OpenError> {
     let mut bundle = open_any(path)?;

@@ -767,6 +767,17 @@ mod tests {
         }
     }
 
+    /// weights.bin, hashed and equal to what its manifest expects.
+    fn verified_payload() -> [FileRow; 1] {
+        [FileRow {
+            file: "weights.bin".into(),
+            bytes: Some(1),
+            sha256: Some("s".into()),
+            expected_sha256: Some("s".into()),
+            ok: Some(true),
+        }]
+    }
+
     #[test]
     fn worst_mark_wins() {
         use Mark::*;
@@ -783,13 +794,7 @@ mod tests {
             manifest_sha256: "m".into(),
             ..Provenance::default()
         };
-        let files = [FileRow {
-            file: "weights.bin".into(),
-            bytes: Some(1),
-            sha256: Some("s".into()),
-            expected_sha256: Some("s".into()),
-            ok: Some(true),
-        }];
+        let files = verified_payload();
         let c = Chain::build(&inputs(&p, &files, &[]), None);
         let kinds: Vec<_> = c.nodes.iter().map(|n| n.kind).collect();
         assert_eq!(
@@ -823,13 +828,7 @@ mod tests {
             manifest_file: Some("manifest.json".into()),
             ..Provenance::default()
         };
-        let files = [FileRow {
-            file: "weights.bin".into(),
-            bytes: Some(1),
-            sha256: Some("s".into()),
-            expected_sha256: Some("s".into()),
-            ok: Some(true),
-        }];
+        let files = verified_payload();
         let signed = |file: &str| {
             Finding::error(c::OMS_DIGEST, format!("{file} has sha256 …")).field(file.to_string())
         };
@@ -849,10 +848,10 @@ mod tests {
         // A signed range gone (the file shortened) or bytes no shard covers
         // (the file grown): no digest differs, the file is still not as signed.
         for check in [c::OMS_MISSING, c::OMS_UNSIGNED] {
-            let f = Finding::error(check, "x").field("weights.bin".to_string());
-            let c = Chain::build(&inputs(&p, &files, &[f]), None);
+            let f = [Finding::error(check, "x").field("weights.bin".to_string())];
+            let c = Chain::build(&inputs(&p, &files, &f), None);
             assert_eq!(line(&c, "weights.bin SHA-256"), Some(Mark::Mismatch));
-            assert!(not_as_signed(&c_findings(check), "weights.bin"));
+            assert!(not_as_signed(&f, "weights.bin"));
         }
         // Another check naming the file is not the signature's, and a
         // warning is no verdict.
@@ -881,10 +880,6 @@ mod tests {
             line(&c, "model.safetensors.index.json SHA-256"),
             Some(Mark::Mismatch)
         );
-    }
-
-    fn c_findings(check: CheckId) -> Vec<Finding> {
-        vec![Finding::error(check, "x").field("weights.bin".to_string())]
     }
 
     #[test]

@@ -122,6 +122,14 @@ impl Gui {
             .map_or(0, |b| b.tensors.len())
     }
 
+    /// The open bundle (panics when none is open).
+    pub fn bundle(&self) -> &bundlescope::format::Bundle {
+        self.state()
+            .session()
+            .and_then(|s| s.model.bundle.as_deref())
+            .expect("a bundle is open")
+    }
+
     /// Index of tensor `name` in the open bundle.
     pub fn index(&self, name: &str) -> usize {
         self.state()

@@ -85,6 +85,7 @@ impl Dense {
     pub(super) fn finish(self, name: &str, findings: &mut Vec<Finding>) -> TensorStats {
         let mut acc = self.acc;
         acc.hist.resize(1 << 16, 0);
+        acc.settle_blocks();
         if self.dtype != DenseDtype::F32 {
             let pattern = match self.dtype {
                 DenseDtype::F16 => Pattern16::F16,
@@ -142,6 +143,20 @@ impl Drop for DenseAcc {
 impl DenseAcc {
     fn blocks(&self) -> stats::Blocks {
         self.blocks_of(&self.hist)
+    }
+
+    /// Past [`MARKED_VALUES`], finds the blocks holding counts once and
+    /// marks them, so the walks at the end and the clearing on drop read
+    /// the marks rather than the histogram again.
+    fn settle_blocks(&mut self) {
+        if !self.all_blocks {
+            return;
+        }
+        let found = stats::Blocks::holding(&self.hist);
+        for (b, t) in self.touched.iter_mut().enumerate() {
+            *t = found.has(b);
+        }
+        self.all_blocks = false;
     }
 
     /// The blocks of `hist` (this tensor's histogram) that may hold counts:

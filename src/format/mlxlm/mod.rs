@@ -780,14 +780,7 @@ impl<'a> Holders<'a> {
             findings.push(
                 Finding::error(
                     c::MLXLM_WEIGHT_MAP,
-                    format!(
-                        "{name} is stored in {} shards: {}",
-                        held.len(),
-                        held.iter()
-                            .map(|&k| files[k].name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                    super::stored_in_shards(name, held.iter().map(|&k| files[k].name.as_str())),
                 )
                 .tensor(name.to_string()),
             );

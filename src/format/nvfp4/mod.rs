@@ -420,14 +420,7 @@ fn check_weight_map(
         if held.len() > 1 {
             findings.push(err(
                 name,
-                format!(
-                    "{name} is stored in {} shards: {}",
-                    held.len(),
-                    held.iter()
-                        .map(|&k| shards[k].file.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
+                super::stored_in_shards(name, held.iter().map(|&k| shards[k].file.as_str())),
             ));
         }
         if !map.contains_key(name) {
