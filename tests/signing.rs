@@ -24,6 +24,12 @@ fn assert_verified(s: &Signed, files: usize) {
         sig["not_verified"].as_array().unwrap().is_empty(),
         "{sig:#}"
     );
+    // Each payload file says it is as signed.
+    let rows = r["files"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for row in rows {
+        assert_eq!(row["as_signed"], true, "{row:#}");
+    }
     assert!(s.tool_accepts(), "the real tool rejects what we accept");
 }
 
@@ -82,9 +88,11 @@ fn shards_serialization_verifies_and_names_the_changed_shard() {
     // The manifest gives weights.bin's SHA-256: the pass still hashes it whole.
     assert!(r["files"][0]["sha256"].is_string(), "{:#}", r["files"]);
     assert_eq!(r["files"][0]["ok"], true);
+    assert_eq!(r["files"][0]["as_signed"], true);
     s.change_payload_byte();
     let (code, r) = s.audit(&[]);
     assert_eq!(code, 1);
+    assert_eq!(r["files"][0]["as_signed"], false, "{:#}", r["files"]);
     let digest = findings_of(&r, "oms.digest");
     assert!(
         digest.iter().any(|f| f["message"]
@@ -145,6 +153,20 @@ fn each_tampering_fails_with_its_own_finding_and_the_tool_agrees() {
             errs.dedup();
             assert_eq!(errs, [check], "{how:?} {what}: {r:#}");
             assert_eq!(r["signature"]["verified"], false);
+            let weights = &r["files"][0];
+            assert_eq!(weights["file"], "weights.bin");
+            if check == "oms.digest" {
+                // The manifest was rewritten to agree: only the signature
+                // tells the file is not what was signed.
+                assert_eq!(weights["ok"], true, "{how:?} {what}: {weights:#}");
+                assert_eq!(weights["as_signed"], false, "{how:?} {what}");
+            } else if check == "oms.signature" {
+                // Its digest matches a statement that no longer verifies.
+                assert!(weights["as_signed"].is_null(), "{how:?} {what}");
+            } else {
+                // Another file was added or removed: this one is as signed.
+                assert_eq!(weights["as_signed"], true, "{how:?} {what}");
+            }
             assert!(
                 !s.tool_accepts(),
                 "{how:?} {what}: the real tool accepts it"
@@ -223,6 +245,8 @@ fn no_key_is_a_warning_never_a_pass_and_unsigned_is_said() {
     let text = cli(&["audit", s.dir.to_str().unwrap()]).stdout;
     assert!(text.contains("NOT verified"), "{text}");
     assert!(!text.contains("all digests match"), "{text}");
+    // The digests match, but a statement nobody checked vouches for nothing.
+    assert!(r["files"][0]["as_signed"].is_null(), "{:#}", r["files"]);
 
     // --ignore-unsigned accepts an added file, and lists it.
     std::fs::write(s.dir.join("notes.txt"), "x").unwrap();
@@ -236,6 +260,7 @@ fn no_key_is_a_warning_never_a_pass_and_unsigned_is_said() {
     std::fs::remove_file(s.dir.join("model.sig")).unwrap();
     let run = cli(&["audit", s.dir.to_str().unwrap(), "--json"]);
     assert!(run.json()["signature"].is_null());
+    assert!(run.json()["files"][0]["as_signed"].is_null());
     let text = cli(&["audit", s.dir.to_str().unwrap()]).stdout;
     assert!(text.contains("signature: unsigned"), "{text}");
 }
@@ -692,6 +717,7 @@ fn a_single_signed_file_verifies_and_the_tool_agrees() {
         let sig = &r["signature"];
         assert_eq!(sig["verified"], true, "{sig:#}");
         assert_eq!(sig["files_checked"], 1);
+        assert_eq!(r["files"][0]["as_signed"], true, "{shard:?}");
         assert!(tool(), "{shard:?}: the tool rejects what we accept");
         // Nothing expects the GGUF's whole digest: with shards the pass
         // leaves it out (the shards cover every byte); by files it is the
@@ -722,6 +748,7 @@ fn a_single_signed_file_verifies_and_the_tool_agrees() {
             "{shard:?}: {r:#}"
         );
         assert_eq!(r["signature"]["verified"], false);
+        assert_eq!(r["files"][0]["as_signed"], false, "{shard:?}");
         assert!(!tool(), "{shard:?}: the tool accepts a changed file");
     }
 }

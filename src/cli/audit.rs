@@ -221,7 +221,7 @@ fn print_summary(r: &Report) {
     }
     println!("\nfiles:");
     for f in &r.files {
-        let not_signed = bundlescope::report::lineage::not_as_signed(&r.findings, &f.file);
+        let not_signed = f.as_signed == Some(false);
         let mark = match f.ok {
             // The signature does not vouch for these bytes: whatever the
             // folder's own manifest says of them.

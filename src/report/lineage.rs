@@ -775,6 +775,7 @@ mod tests {
             sha256: Some("s".into()),
             expected_sha256: Some("s".into()),
             ok: Some(true),
+            as_signed: None,
         }]
     }
 

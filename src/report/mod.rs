@@ -78,7 +78,18 @@ pub struct FileRow {
     /// What the manifest claims.
     pub expected_sha256: Option<String>,
     /// Whether they match (null until hashed, or when nothing is claimed).
+    /// This compares with the bundle's own manifest, which whoever changed
+    /// the file can rewrite too; `as_signed` compares with the signature.
     pub ok: Option<bool>,
+    /// Whether the file is as the signature (`model.sig`) lists it: true
+    /// when the signature verified (`signature.signature_valid`) and every
+    /// digest it signs for this file was recomputed and matched; false
+    /// when one differs, a signed range is gone, bytes no shard covers are
+    /// there, or the signature does not list the file (even when no key was
+    /// given to check it); null when the file is unsigned, the digests were
+    /// not compared, or they matched a statement nobody checked (no key).
+    #[serde(default)]
+    pub as_signed: Option<bool>,
 }
 
 /// Totals of one precision.
@@ -242,6 +253,7 @@ impl ReportBuilder {
                         sha256: None,
                         expected_sha256: f.expected_sha256.clone(),
                         ok: None,
+                        as_signed: None,
                     })
                     .collect();
                 self.progress = vec![(0, 0, 0.0); b.files.len()];
@@ -312,6 +324,26 @@ impl ReportBuilder {
             .count()
     }
 
+    /// The file rows, each with its `as_signed` once the signature's
+    /// digests have been compared.
+    fn files_as_signed(&self) -> Vec<FileRow> {
+        let mut rows = self.files.clone();
+        if let Some(sig) = &self.signature {
+            let matched: std::collections::HashSet<&str> =
+                sig.matched_files.iter().map(String::as_str).collect();
+            for row in &mut rows {
+                row.as_signed = if lineage::not_as_signed(&self.findings, &row.file) {
+                    Some(false)
+                } else if sig.signature_valid == Some(true) && matched.contains(row.file.as_str()) {
+                    Some(true)
+                } else {
+                    None
+                };
+            }
+        }
+        rows
+    }
+
     /// The report as it stands (complete once `Finished` was applied).
     pub fn report(&self, path: &str) -> Option<Report> {
         let b = self.bundle.as_ref()?;
@@ -347,7 +379,7 @@ impl ReportBuilder {
             verdict,
             findings: self.findings.clone(),
             tensors,
-            files: self.files.clone(),
+            files: self.files_as_signed(),
             totals: totals(&b.tensors),
             provenance: Provenance {
                 gptq: self.gptq.clone(),

@@ -42,6 +42,8 @@ pub struct Compared {
     pub matched: usize,
     /// Files whose every resource was checked.
     pub files_checked: usize,
+    /// Those files, by the names the findings use.
+    pub matched_files: Vec<String>,
     /// Files in the folder the signature does not cover.
     pub unsigned_files: Vec<String>,
     /// Every problem, one finding each.
@@ -442,10 +444,12 @@ fn count_checked(checked_files: &[String], out: &mut Compared) {
         .iter()
         .filter_map(|f| f.field.clone())
         .collect();
-    out.files_checked = checked_files
+    out.matched_files = checked_files
         .iter()
         .filter(|f| !bad_files.contains(*f))
-        .count();
+        .cloned()
+        .collect();
+    out.files_checked = out.matched_files.len();
 }
 
 /// Compares a single-file signature (every resource named `.`) with `file`,

@@ -273,6 +273,9 @@ pub struct SignatureReport {
     pub resources: usize,
     /// Files whose every signed digest was recomputed and matched.
     pub files_checked: usize,
+    /// Those files (relative paths), for the report's per-file `as_signed`.
+    #[serde(skip)]
+    pub matched_files: Vec<String>,
     /// Files in the folder the signature does not cover.
     pub unsigned_files: Vec<String>,
     /// What was NOT verified, in words (empty when everything was).
@@ -376,6 +379,7 @@ fn empty(file: &str) -> Checked {
             serialization: None,
             resources: 0,
             files_checked: 0,
+            matched_files: Vec::new(),
             unsigned_files: Vec::new(),
             not_verified: Vec::new(),
         },
