@@ -414,6 +414,14 @@ fn a_rekor_v2_bundle_verifies_by_its_timestamp_and_each_broken_part_is_named() {
             "not the signing certificate of any timestamp authority",
         ),
         (Some("tsa-eku"), "oms.timestamp", STAMP, "timeStamping"),
+        // The envelope logged as a dsse 0.0.2 entry: Rekor v2 records DSSE
+        // as hashedrekord 0.0.2, and sigstore's verifier refuses this kind.
+        (
+            Some("dsse-v2"),
+            "oms.tlog",
+            "verificationMaterial.tlogEntries[0].canonicalizedBody",
+            "its kind is \"dsse\" version \"0.0.2\"",
+        ),
         // Stamped (validly) after the signing certificate expired.
         (
             Some("tsa-late"),

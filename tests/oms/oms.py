@@ -22,7 +22,8 @@ tests need with `cryptography` (which model-signing brings).
                                             timestamp by a test timestamp authority.
                                             DEFECT: body | checkpoint | tsa-sig |
                                             tsa-imprint | tsa-digest | tsa-late |
-                                            tsa-unknown | tsa-eku
+                                            tsa-unknown | tsa-eku | dsse-v2 (the
+                                            envelope logged as a dsse 0.0.2 entry)
     oms.py sigstore-verify DIR ROOT_JSON [chain]
                                             sigstore-python's own checks of the signed
                                             times (timestamps, SET), the log entry
@@ -311,7 +312,7 @@ def log_entry_v2(bundle, leaf, defect):
     from cryptography.hazmat.primitives.asymmetric import ed25519
     from sigstore_models.common import v1 as common
     from sigstore_models.rekor.v2 import entry as v2entry
-    from sigstore_models.rekor.v2 import hashedrekord, verifier
+    from sigstore_models.rekor.v2 import dsse, hashedrekord, verifier
 
     env = bundle["dsseEnvelope"]
     payload = base64.b64decode(env["payload"])
@@ -319,24 +320,35 @@ def log_entry_v2(bundle, leaf, defect):
         payload += b" "  # the log recorded some other payload
     ptype = env["payloadType"].encode()
     pae = b"DSSEv1 %d %s %d %s" % (len(ptype), ptype, len(payload), payload)
-    body = v2entry.Entry(
-        kind="hashedrekord",
-        api_version="0.0.2",
-        spec=v2entry.Spec(
+    signature = verifier.Signature(
+        content=base64.b64encode(base64.b64decode(env["signatures"][0]["sig"])),
+        verifier=verifier.Verifier(
+            x509_certificate=common.X509Certificate(
+                raw_bytes=base64.b64encode(leaf.public_bytes(serialization.Encoding.DER))
+            ),
+            key_details=common.PublicKeyDetails.PKIX_ECDSA_P256_SHA_256,
+        ),
+    )
+    if defect == "dsse-v2":
+        # The envelope logged as a dsse 0.0.2 entry (the payload's digest
+        # and the signatures), which a Rekor v2 log's schema has but
+        # sigstore's verifier refuses for DSSE (it expects hashedrekord).
+        kind = "dsse"
+        spec = v2entry.Spec(
+            dsse_v002=dsse.DSSELogEntryV002(
+                payload_hash=common.HashOutput(algorithm=common.HashAlgorithm.SHA2_256, digest=base64.b64encode(hashlib.sha256(payload).digest())),
+                signatures=[signature],
+            )
+        )
+    else:
+        kind = "hashedrekord"
+        spec = v2entry.Spec(
             hashed_rekord_v002=hashedrekord.HashedRekordLogEntryV002(
                 data=common.HashOutput(algorithm=common.HashAlgorithm.SHA2_256, digest=base64.b64encode(hashlib.sha256(pae).digest())),
-                signature=verifier.Signature(
-                    content=base64.b64encode(base64.b64decode(env["signatures"][0]["sig"])),
-                    verifier=verifier.Verifier(
-                        x509_certificate=common.X509Certificate(
-                            raw_bytes=base64.b64encode(leaf.public_bytes(serialization.Encoding.DER))
-                        ),
-                        key_details=common.PublicKeyDetails.PKIX_ECDSA_P256_SHA_256,
-                    ),
-                ),
+                signature=signature,
             )
-        ),
-    ).to_json().encode()
+        )
+    body = v2entry.Entry(kind=kind, api_version="0.0.2", spec=spec).to_json().encode()
     log_key = ed25519.Ed25519PrivateKey.generate()
     raw = log_key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     spki = log_key.public_key().public_bytes(
@@ -356,7 +368,7 @@ def log_entry_v2(bundle, leaf, defect):
     entry = {
         "logIndex": str(index),
         "logId": {"keyId": b64(log_id)},
-        "kindVersion": {"kind": "hashedrekord", "version": "0.0.2"},
+        "kindVersion": {"kind": kind, "version": "0.0.2"},
         "inclusionProof": inclusion_proof(index, size, root, path, envelope),
         "canonicalizedBody": b64(body),
     }
@@ -488,10 +500,14 @@ def main(argv):
                 raise ValueError("no verified source of time")
             b.log_entry._verify(root.rekor_keyring(KeyringPurpose.VERIFY))
             kv = b.log_entry._inner.kind_version
+            # The entry kinds Verifier.verify_dsse accepts, and its refusal
+            # of any other.
             if (kv.kind, kv.version) == ("hashedrekord", "0.0.2"):
                 _validate_hashedrekord_v002_dsse_entry_body(b)
-            else:
+            elif (kv.kind, kv.version) == ("dsse", "0.0.1"):
                 _validate_dsse_v001_entry_body(b)
+            else:
+                raise ValueError(f"unsupported DSSE log entry type: {kv.kind}/{kv.version}")
             if argv[3:] == ["chain"]:
                 for t in times:
                     v._verify_chain_at_time(b.signing_certificate, t)
