@@ -226,6 +226,73 @@ fn the_wrong_key_and_a_foreign_root_fail_and_the_tool_agrees() {
 }
 
 #[test]
+fn rsa_and_ecdsa_roots_verify_a_chain_and_a_forged_root_fails_as_for_the_tool() {
+    if !oms::available() {
+        return;
+    }
+    for how in [How::Certificate, How::CertificateRsa] {
+        let s = oms::signed(how);
+        assert_verified(&s, 3);
+        let (_, r) = s.audit(&[]);
+        assert_eq!(r["signature"]["issuer"], "CN=bundlescope test root");
+        // A root of the same name on another key: the leaf's signature
+        // (RSA PKCS #1 v1.5 under the RSA root) is what tells them apart.
+        let forged = s.work.join("pki/forged_root.pem");
+        let forged = forged.to_str().unwrap();
+        let run = cli(&[
+            "audit",
+            s.dir.to_str().unwrap(),
+            "--json",
+            "--cert-root",
+            forged,
+        ]);
+        assert_eq!(run.code, 1, "{how:?}");
+        let r = run.json();
+        assert_eq!(errors(&r), ["oms.certificate"], "{how:?}: {r:#}");
+        assert_eq!(r["signature"]["verified"], false);
+        let out = oms::oms(&["verify-cert", s.dir.to_str().unwrap(), forged]).unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with("FAIL"),
+            "{how:?}: the tool accepts a forged root"
+        );
+    }
+}
+
+#[test]
+fn an_rsa_timestamp_authority_gives_a_signing_time_as_for_sigstore_python() {
+    if !oms::available() {
+        return;
+    }
+    // (defect, whether it verifies): sha256WithRSAEncryption, the bare
+    // rsaEncryption OID with the digest from the signer's digest
+    // algorithm, and a signature by another RSA key.
+    for (defect, sound) in [
+        ("tsa-rsa", true),
+        ("tsa-rsa-bare", true),
+        ("tsa-rsa-sig", false),
+    ] {
+        let (dir, root, _tmp) = sigstore_v2(Some(defect));
+        let (code, r) = audit_sigstore(&dir, &root);
+        let python = sigstore_python_accepts_chain(&dir, &root);
+        assert_eq!(python, sound, "{defect}: sigstore-python");
+        if sound {
+            assert_sigstore_verified(code, &r);
+            let times = r["signature"]["signing_times"].as_array().unwrap();
+            assert_eq!(times.len(), 1, "{defect}: {r:#}");
+        } else {
+            assert_fails_with(
+                code,
+                &r,
+                Some(defect),
+                "oms.timestamp",
+                "verificationMaterial.timestampVerificationData.rfc3161Timestamps[0].signedTimestamp",
+                "does not verify with the RSA-2048 key of",
+            );
+        }
+    }
+}
+
+#[test]
 fn no_key_is_a_warning_never_a_pass_and_unsigned_is_said() {
     if !oms::available() {
         return;
@@ -398,7 +465,7 @@ fn a_rekor_v2_bundle_verifies_by_its_timestamp_and_each_broken_part_is_named() {
             Some("tsa-sig"),
             "oms.timestamp",
             STAMP,
-            "does not verify with the key",
+            "does not verify with the ECDSA P-256 key of",
         ),
         (
             Some("tsa-imprint"),

@@ -140,6 +140,98 @@ impl PublicKey {
     }
 }
 
+/// A signature algorithm of a certificate or a timestamp: ECDSA, or RSA
+/// PKCS #1 v1.5, each over a SHA-2 digest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SigAlg {
+    /// ECDSA over this digest.
+    Ecdsa(Hash),
+    /// RSASSA-PKCS1-v1_5 over this digest.
+    RsaPkcs1(Hash),
+}
+
+impl SigAlg {
+    /// The algorithm a signature-algorithm OID names: `ecdsa-with-SHA*` or
+    /// `sha*WithRSAEncryption`. A bare key OID (`id-ecPublicKey`,
+    /// `rsaEncryption`, as CMS signer infos may write) takes `digest`, the
+    /// signer's digest algorithm.
+    pub fn of_oid(oid: &str, digest: Option<Hash>) -> Option<SigAlg> {
+        Some(match oid {
+            "1.2.840.10045.4.3.2" => SigAlg::Ecdsa(Hash::Sha256),
+            "1.2.840.10045.4.3.3" => SigAlg::Ecdsa(Hash::Sha384),
+            "1.2.840.10045.4.3.4" => SigAlg::Ecdsa(Hash::Sha512),
+            "1.2.840.113549.1.1.11" => SigAlg::RsaPkcs1(Hash::Sha256),
+            "1.2.840.113549.1.1.12" => SigAlg::RsaPkcs1(Hash::Sha384),
+            "1.2.840.113549.1.1.13" => SigAlg::RsaPkcs1(Hash::Sha512),
+            "1.2.840.10045.2.1" => SigAlg::Ecdsa(digest?),
+            "1.2.840.113549.1.1.1" => SigAlg::RsaPkcs1(digest?),
+            _ => return None,
+        })
+    }
+}
+
+/// The smallest RSA modulus accepted, in bits.
+const RSA_MIN_BITS: usize = 2048;
+/// The largest (the `rsa` crate's own bound).
+const RSA_MAX_BITS: usize = 4096;
+
+/// A key that signs certificates or timestamps: an ECDSA key on the OMS
+/// curves, or an RSA key (2048 to 4096 bits), which certificate and
+/// timestamp authorities still use. A DSSE envelope is ECDSA only.
+#[derive(Debug, Clone)]
+pub enum IssuerKey {
+    /// ECDSA.
+    Ec(PublicKey),
+    /// RSA.
+    Rsa(Box<rsa::RsaPublicKey>),
+}
+
+impl IssuerKey {
+    /// Reads a SubjectPublicKeyInfo (DER).
+    pub fn from_spki_der(der: &[u8]) -> Result<Self, String> {
+        use rsa::traits::PublicKeyParts;
+        if let Ok(k) = PublicKey::from_spki_der(der) {
+            return Ok(IssuerKey::Ec(k));
+        }
+        match rsa::RsaPublicKey::from_public_key_der(der) {
+            Ok(k) if (RSA_MIN_BITS..=RSA_MAX_BITS).contains(&(k.n().bits())) => {
+                Ok(IssuerKey::Rsa(Box::new(k)))
+            }
+            Ok(k) => Err(format!(
+                "an RSA key of {} bits (bundlescope accepts {RSA_MIN_BITS} to {RSA_MAX_BITS})",
+                k.n().bits()
+            )),
+            Err(_) => Err("not an ECDSA key on P-256, P-384 or P-521, nor an RSA key".into()),
+        }
+    }
+
+    /// Verifies `sig` (DER for ECDSA, the raw block for RSA) over `msg`
+    /// with `alg`; a key of the other kind never verifies.
+    pub fn verify(&self, alg: SigAlg, msg: &[u8], sig: &[u8]) -> bool {
+        match (self, alg) {
+            (IssuerKey::Ec(k), SigAlg::Ecdsa(h)) => k.verify(h, msg, sig),
+            (IssuerKey::Rsa(k), SigAlg::RsaPkcs1(h)) => {
+                let scheme = match h {
+                    Hash::Sha256 => rsa::Pkcs1v15Sign::new::<Sha256>(),
+                    Hash::Sha384 => rsa::Pkcs1v15Sign::new::<Sha384>(),
+                    Hash::Sha512 => rsa::Pkcs1v15Sign::new::<Sha512>(),
+                };
+                k.verify(scheme, &h.digest(msg), sig).is_ok()
+            }
+            _ => false,
+        }
+    }
+
+    /// What kind of key, for messages.
+    pub fn kind(&self) -> String {
+        use rsa::traits::PublicKeyParts;
+        match self {
+            IssuerKey::Ec(k) => format!("ECDSA {}", k.curve()),
+            IssuerKey::Rsa(k) => format!("RSA-{}", k.n().bits()),
+        }
+    }
+}
+
 /// The DER of a bundle's `publicKey.rawBytes`: the pre-1.1 signer wrote
 /// the key's PEM text there, later ones its DER.
 pub fn raw_key_der(raw: &[u8]) -> Vec<u8> {
@@ -235,6 +327,18 @@ impl Cert {
         PublicKey::from_spki_der(&spki)
     }
 
+    /// The subject's public key as one that may sign certificates and
+    /// timestamps (ECDSA or RSA).
+    pub fn issuer_key(&self) -> Result<IssuerKey, String> {
+        let spki = self
+            .cert
+            .tbs_certificate
+            .subject_public_key_info
+            .to_der()
+            .map_err(|e| e.to_string())?;
+        IssuerKey::from_spki_der(&spki)
+    }
+
     /// The subject alternative names a Sigstore identity is read from
     /// (e-mail addresses and URIs).
     pub fn identities(&self) -> Vec<String> {
@@ -292,18 +396,14 @@ impl Cert {
                 issuer.subject()
             ));
         }
-        let hash = match self.cert.signature_algorithm.oid.to_string().as_str() {
-            "1.2.840.10045.4.3.2" => Hash::Sha256,
-            "1.2.840.10045.4.3.3" => Hash::Sha384,
-            "1.2.840.10045.4.3.4" => Hash::Sha512,
-            other => {
-                return Err(format!(
-                    "it is signed with algorithm {other}; only ECDSA with SHA-256/384/512 is supported"
-                ));
-            }
+        let oid = self.cert.signature_algorithm.oid.to_string();
+        let Some(alg) = SigAlg::of_oid(&oid, None) else {
+            return Err(format!(
+                "it is signed with algorithm {oid}; only ECDSA and RSA (PKCS #1 v1.5) with SHA-256/384/512 are supported"
+            ));
         };
         let key = issuer
-            .public_key()
+            .issuer_key()
             .map_err(|e| format!("the issuer's key: {e}"))?;
         let tbs = self
             .cert
@@ -315,11 +415,12 @@ impl Cert {
             .signature
             .as_bytes()
             .ok_or("its signature has unused bits")?;
-        if key.verify(hash, &tbs, sig) {
+        if key.verify(alg, &tbs, sig) {
             Ok(())
         } else {
             Err(format!(
-                "its signature does not verify with the key of \"{}\"",
+                "its signature does not verify with the {} key of \"{}\"",
+                key.kind(),
                 issuer.subject()
             ))
         }
@@ -420,5 +521,58 @@ pub fn date(secs: u64) -> String {
             d.seconds()
         ),
         Err(_) => format!("{secs} s after 1970"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_oids_name_their_digest_and_bare_key_oids_take_the_signers() {
+        use SigAlg::*;
+        assert_eq!(
+            SigAlg::of_oid("1.2.840.113549.1.1.12", None),
+            Some(RsaPkcs1(Hash::Sha384))
+        );
+        assert_eq!(
+            SigAlg::of_oid("1.2.840.10045.4.3.4", None),
+            Some(Ecdsa(Hash::Sha512))
+        );
+        // rsaEncryption and id-ecPublicKey say nothing of the digest.
+        assert_eq!(SigAlg::of_oid("1.2.840.113549.1.1.1", None), None);
+        assert_eq!(
+            SigAlg::of_oid("1.2.840.113549.1.1.1", Some(Hash::Sha256)),
+            Some(RsaPkcs1(Hash::Sha256))
+        );
+        assert_eq!(
+            SigAlg::of_oid("1.2.840.10045.2.1", Some(Hash::Sha384)),
+            Some(Ecdsa(Hash::Sha384))
+        );
+        // RSASSA-PSS and SHA-1 with RSA are not accepted.
+        assert_eq!(
+            SigAlg::of_oid("1.2.840.113549.1.1.10", Some(Hash::Sha256)),
+            None
+        );
+        assert_eq!(SigAlg::of_oid("1.2.840.113549.1.1.5", None), None);
+    }
+
+    #[test]
+    fn an_rsa_key_under_2048_bits_is_refused_by_name() {
+        use rsa::pkcs8::EncodePublicKey;
+        // Any odd modulus of 1024 bits: the size is refused before any use.
+        let n = (rsa::BigUint::from(1u8) << 1023usize) + rsa::BigUint::from(1u8);
+        let key = rsa::RsaPublicKey::new(n, rsa::BigUint::from(65537u32)).unwrap();
+        let der = key.to_public_key_der().unwrap();
+        let err = IssuerKey::from_spki_der(der.as_bytes()).unwrap_err();
+        assert!(err.contains("1024 bits"), "{err}");
+        // A key of one kind never verifies a signature of the other.
+        let n = (rsa::BigUint::from(1u8) << 2047usize) + rsa::BigUint::from(1u8);
+        let key = rsa::RsaPublicKey::new(n, rsa::BigUint::from(65537u32)).unwrap();
+        let der = key.to_public_key_der().unwrap();
+        let k = IssuerKey::from_spki_der(der.as_bytes()).unwrap();
+        assert_eq!(k.kind(), "RSA-2048");
+        assert!(!k.verify(SigAlg::Ecdsa(Hash::Sha256), b"m", &[0x30, 0]));
+        assert!(!k.verify(SigAlg::RsaPkcs1(Hash::Sha256), b"m", &[0; 256]));
     }
 }

@@ -274,19 +274,21 @@ pub fn verify(resp_der: &[u8], message: &[u8], authorities: &[Authority]) -> Res
                 .into(),
         );
     }
-    let sig_hash = hash_of(&si.signature_algorithm.oid).ok_or(format!(
-        "the signature algorithm {} is not ECDSA with SHA-256, SHA-384 or SHA-512 (bundlescope verifies ECDSA timestamp authorities)",
-        si.signature_algorithm.oid
-    ))?;
+    let sig_alg = crypto::SigAlg::of_oid(&si.signature_algorithm.oid.to_string(), Some(content_hash))
+        .ok_or(format!(
+            "the signature algorithm {} is not ECDSA or RSA (PKCS #1 v1.5) with SHA-256, SHA-384 or SHA-512",
+            si.signature_algorithm.oid
+        ))?;
     let signed = attrs
         .to_der()
         .map_err(|e| format!("the signed attributes: {e}"))?;
     let key = leaf
-        .public_key()
+        .issuer_key()
         .map_err(|e| format!("the key of {}: {e}", auth.name))?;
-    if !key.verify(sig_hash, &signed, si.signature.as_bytes()) {
+    if !key.verify(sig_alg, &signed, si.signature.as_bytes()) {
         return Err(format!(
-            "its signature does not verify with the key of {}",
+            "its signature does not verify with the {} key of {}",
+            key.kind(),
             auth.name
         ));
     }

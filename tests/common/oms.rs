@@ -66,6 +66,8 @@ pub enum How {
     Key(&'static str),
     Shards(&'static str, u64),
     Certificate,
+    /// The certificate method under an RSA root (the leaf is ECDSA).
+    CertificateRsa,
 }
 
 /// Writes a sample (plus a README.md, so a signed file can be removed
@@ -92,8 +94,11 @@ pub fn signed(how: How) -> Signed {
                 vec!["verify-key".to_string(), d.clone(), w("pub.pem")],
             )
         }
-        How::Certificate => {
-            oms_ok(&["pki", &w("pki")]);
+        How::Certificate | How::CertificateRsa => {
+            match how {
+                How::CertificateRsa => oms_ok(&["pki", &w("pki"), "rsa"]),
+                _ => oms_ok(&["pki", &w("pki")]),
+            }
             let p = |n: &str| work.join("pki").join(n).display().to_string();
             oms_ok(&[
                 "sign-cert",

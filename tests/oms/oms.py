@@ -5,7 +5,9 @@ tests need with `cryptography` (which model-signing brings).
     oms.py keygen CURVE PRIV PUB            CURVE: p256 | p384 | p521
     oms.py sign-key DIR PRIV [SHARD_SIZE]   writes DIR/model.sig (files, or shards);
                                             DIR may be one file (model.sig beside it)
-    oms.py pki OUT                          OUT/{root,leaf,other_root}.pem, leaf.key
+    oms.py pki OUT [rsa]                    OUT/{root,leaf,other_root,forged_root}.pem,
+                                            leaf.key (forged_root: root's name, another
+                                            key; rsa: the roots are RSA keys)
     oms.py sign-cert DIR KEY CERT [CHAIN..] writes DIR/model.sig (certificate method)
     oms.py sigstore-like DIR OUT [DEFECT]   a Fulcio-shaped leaf (SAN e-mail, OIDC
                                             issuer extension) and a Rekor-shaped dsse
@@ -23,7 +25,10 @@ tests need with `cryptography` (which model-signing brings).
                                             DEFECT: body | checkpoint | tsa-sig |
                                             tsa-imprint | tsa-digest | tsa-late |
                                             tsa-unknown | tsa-eku | dsse-v2 (the
-                                            envelope logged as a dsse 0.0.2 entry)
+                                            envelope logged as a dsse 0.0.2 entry);
+                                            tsa-rsa | tsa-rsa-bare: a sound timestamp
+                                            by an RSA authority; tsa-rsa-sig: its
+                                            signature by another RSA key
     oms.py sigstore-verify DIR ROOT_JSON [chain]
                                             sigstore-python's own checks of the signed
                                             times (timestamps, SET), the log entry
@@ -43,7 +48,7 @@ import sys
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
 import model_signing
@@ -232,11 +237,14 @@ def timestamp(message, defect):
     from asn1crypto import cms, tsp
     from asn1crypto import x509 as ax509
 
-    root_key = ec.generate_private_key(ec.SECP384R1())
+    # tsa-rsa*: an RSA authority (RSA-3072 root, RSA-2048 signer), as
+    # many timestamp authorities are.
+    rsa_tsa = defect is not None and defect.startswith("tsa-rsa")
+    root_key = rsa.generate_private_key(65537, 3072) if rsa_tsa else ec.generate_private_key(ec.SECP384R1())
     # The authority's certificates outlive the signing certificate (30
     # days), so that a timestamp after it expired (tsa-late) is sound.
     root = cert("bundlescope test TSA root", root_key, "bundlescope test TSA root", root_key, True, days=365)
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = rsa.generate_private_key(65537, 2048) if rsa_tsa else ec.generate_private_key(ec.SECP256R1())
     eku = x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING if defect == "tsa-eku" else ExtendedKeyUsageOID.TIME_STAMPING])
     leaf = cert("bundlescope test TSA", key, "bundlescope test TSA root", root_key, False, [(eku, True)], days=365)
     leaf_der = leaf.public_bytes(serialization.Encoding.DER)
@@ -262,8 +270,16 @@ def timestamp(message, defect):
             {"type": "signing_certificate_v2", "values": [{"certs": [{"cert_hash": hashlib.sha256(leaf_der).digest()}]}]},
         ]
     )
-    signer = ec.generate_private_key(ec.SECP256R1()) if defect == "tsa-sig" else key
-    sig = signer.sign(attrs.dump(), ec.ECDSA(hashes.SHA256()))
+    if rsa_tsa:
+        signer = rsa.generate_private_key(65537, 2048) if defect == "tsa-rsa-sig" else key
+        sig = signer.sign(attrs.dump(), padding.PKCS1v15(), hashes.SHA256())
+        # sha256WithRSAEncryption, or the bare rsaEncryption OID (the
+        # digest then comes from digest_algorithm), as some authorities write.
+        sig_alg = "rsassa_pkcs1v15" if defect == "tsa-rsa-bare" else "sha256_rsa"
+    else:
+        signer = ec.generate_private_key(ec.SECP256R1()) if defect == "tsa-sig" else key
+        sig = signer.sign(attrs.dump(), ec.ECDSA(hashes.SHA256()))
+        sig_alg = "sha256_ecdsa"
     a_leaf = ax509.Certificate.load(leaf_der)
     info = cms.SignerInfo(
         {
@@ -273,7 +289,7 @@ def timestamp(message, defect):
             ),
             "digest_algorithm": {"algorithm": "sha256"},
             "signed_attrs": attrs,
-            "signature_algorithm": {"algorithm": "sha256_ecdsa"},
+            "signature_algorithm": {"algorithm": sig_alg},
             "signature": sig,
         }
     )
@@ -454,7 +470,10 @@ def main(argv):
     elif cmd == "pki":
         out = pathlib.Path(argv[1])
         out.mkdir(parents=True, exist_ok=True)
-        root_key = ec.generate_private_key(ec.SECP384R1())
+        # `pki OUT rsa`: an RSA-3072 root (the leaf stays ECDSA: OMS signs
+        # with ECDSA); other_root is RSA too.
+        rsa_root = argv[2:] == ["rsa"]
+        root_key = rsa.generate_private_key(65537, 3072) if rsa_root else ec.generate_private_key(ec.SECP384R1())
         root = cert("bundlescope test root", root_key, "bundlescope test root", root_key, True)
         leaf_key = ec.generate_private_key(ec.SECP256R1())
         leaf = cert(
@@ -465,11 +484,16 @@ def main(argv):
             False,
             [(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), False)],
         )
-        other_key = ec.generate_private_key(ec.SECP256R1())
+        other_key = rsa.generate_private_key(65537, 2048) if rsa_root else ec.generate_private_key(ec.SECP256R1())
         other = cert("another root", other_key, "another root", other_key, True)
         (out / "root.pem").write_bytes(pem(root))
         (out / "leaf.pem").write_bytes(pem(leaf))
         (out / "other_root.pem").write_bytes(pem(other))
+        # The root's name on another key of its kind: only the
+        # signature on the leaf can tell them apart.
+        forged_key = rsa.generate_private_key(65537, 3072) if rsa_root else ec.generate_private_key(ec.SECP384R1())
+        forged = cert("bundlescope test root", forged_key, "bundlescope test root", forged_key, True)
+        (out / "forged_root.pem").write_bytes(pem(forged))
         write_key(leaf_key, out / "leaf.key", None)
     elif cmd == "sign-cert":
         d = pathlib.Path(argv[1])
