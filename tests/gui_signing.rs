@@ -84,7 +84,7 @@ fn summary_leads_with_the_signature_and_shows_a_tampered_one_failing() {
 }
 
 #[test]
-fn a_file_signed_by_shards_says_it_was_read_but_not_hashed_whole() {
+fn a_file_signed_by_shards_is_read_not_hashed_whole_and_as_signed_once_verified() {
     if !oms::available() {
         return;
     }
@@ -100,6 +100,13 @@ fn a_file_signed_by_shards_says_it_was_read_but_not_hashed_whole() {
     oms::oms_ok(&["sign-key", file.to_str().unwrap(), &w("k.pem"), "4096"]);
     let mut g = gui();
     g.open(&file);
+    g.finish();
+    // No key: the shards matched a statement nobody checked. Nothing
+    // expects the file's whole SHA-256: never "pending" forever.
+    assert!(g.shows("signature not checked: no key given"));
+    assert!(g.shows("read; not hashed whole (signed shards)"));
+    assert!(!g.shows("✔ as signed"));
+    assert!(!g.shows("… pending"));
     g.send(Command::SetSigningFile(
         TrustFile::Key,
         tmp.path().join("pub.pem"),
@@ -107,8 +114,9 @@ fn a_file_signed_by_shards_says_it_was_read_but_not_hashed_whole() {
     g.harness.step();
     g.finish();
     assert!(g.shows("all digests match"), "not verified");
-    // Nothing expects the file's whole SHA-256: never "pending" forever.
-    assert!(g.shows("read; not hashed whole (signed shards)"));
+    // The GGUF claims no digest of itself: the signature's shards vouch
+    // for it, and the file line says so.
+    assert!(g.shows("✔ as signed"), "file line");
     assert!(!g.shows("… pending"));
 }
 

@@ -794,6 +794,14 @@ fn a_single_signed_file_verifies_and_the_tool_agrees() {
         assert_eq!(sig["files_checked"], 1);
         assert_eq!(r["files"][0]["as_signed"], true, "{shard:?}");
         assert!(tool(), "{shard:?}: the tool rejects what we accept");
+        // The text summary's file line: a GGUF claims no digest of its
+        // own, the signature's matched.
+        let text = cli(&["audit", f, "--key", &w("pub.pem")]).stdout;
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("model.gguf"))
+            .unwrap_or_else(|| panic!("no model.gguf line: {text}"));
+        assert!(line.ends_with("  as signed"), "{shard:?}: {line}");
         // Nothing expects the GGUF's whole digest: with shards the pass
         // leaves it out (the shards cover every byte); by files it is the
         // signed digest itself.

@@ -77,7 +77,7 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
     for (i, f) in s.model.files.iter().enumerate() {
         let state = s.file_state(i);
         let color = match state {
-            FileState::Verified => egui::Color32::from_rgb(0x2e, 0xa0, 0x4e),
+            FileState::Verified | FileState::AsSigned => egui::Color32::from_rgb(0x2e, 0xa0, 0x4e),
             FileState::VerifiedCached => egui::Color32::from_rgb(0x5b, 0x8a, 0x68),
             FileState::Mismatch | FileState::NotAsSigned => ui.visuals().error_fg_color,
             FileState::Hashed | FileState::ReadNotHashed => ui.visuals().text_color(),
@@ -88,6 +88,11 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
             let r = ui.label(RichText::new(state.text()).color(color));
             if state == FileState::VerifiedCached {
                 r.on_hover_text("From the cached audit: not hashed again in this session yet");
+            } else if state == FileState::AsSigned {
+                r.on_hover_text(
+                    "The folder claims no digest of this file; the OMS signature verified and \
+                     every digest it signs for the file matched",
+                );
             } else if state == FileState::NotAsSigned {
                 r.on_hover_text(
                     "The OMS signature does not vouch for these bytes: a digest differs, a \

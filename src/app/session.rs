@@ -50,6 +50,9 @@ pub enum FileState {
     VerifiedCached,
     /// Differs from the expected value.
     Mismatch,
+    /// Nothing in the folder claims its digest, but the OMS signature
+    /// verified and every digest it signs for the file matched.
+    AsSigned,
     /// The OMS signature does not vouch for its bytes: a digest differs, a
     /// signed range is gone, or bytes are not covered (whatever the
     /// folder's own manifest says of them).
@@ -66,6 +69,7 @@ impl FileState {
             Self::Verified => "✔ verified",
             Self::VerifiedCached => "✔ verified (cached)",
             Self::Mismatch => "✖ mismatch",
+            Self::AsSigned => "✔ as signed",
             Self::NotAsSigned => "✖ not as signed",
         }
     }
@@ -195,13 +199,17 @@ impl Session {
         let Some(f) = self.model.files.get(i) else {
             return FileState::Pending;
         };
-        if crate::report::lineage::not_as_signed(&self.model.findings, &f.file) {
+        let as_signed = f.as_signed;
+        if as_signed == Some(false) {
             return FileState::NotAsSigned;
         }
         match (f.ok, &f.sha256) {
             (Some(true), _) if self.cached.is_some() => FileState::VerifiedCached,
             (Some(true), _) => FileState::Verified,
             (Some(false), _) => FileState::Mismatch,
+            // A GGUF or a checkpoint claims no digest of its own: the
+            // signature's are what it is checked against.
+            (None, _) if as_signed == Some(true) => FileState::AsSigned,
             (None, Some(_)) => FileState::Hashed,
             (None, None) if f.bytes.is_some() => FileState::ReadNotHashed,
             (None, None) => FileState::Pending,

@@ -223,6 +223,7 @@ pub(super) fn finish(
             }
             report.files_checked = cmp.files_checked;
             report.matched_files = cmp.matched_files;
+            report.matched_files.sort_unstable();
             report.unsigned_files = cmp.unsigned_files;
             if failed {
                 report.verified = false;

@@ -228,6 +228,8 @@ fn print_summary(r: &Report) {
             _ if not_signed => "NOT AS SIGNED",
             Some(true) => "verified",
             Some(false) => "MISMATCH",
+            // Nothing in the folder claims a digest; the signature's matched.
+            None if f.as_signed == Some(true) => "as signed",
             // Read to the end but not hashed whole: a signature by shards
             // checked every byte instead.
             None if f.sha256.is_none() && f.bytes.is_some() => "not hashed whole (signed shards)",

@@ -545,10 +545,13 @@ impl Chain {
             hashes.push(HashLine {
                 label: format!("{} SHA-256", f.file),
                 value: f.sha256.clone().or_else(|| f.expected_sha256.clone()),
-                mark: if unsigned_bytes(&f.file) {
-                    Mark::Mismatch
-                } else {
-                    Mark::of(f.ok)
+                mark: match (f.ok, f.as_signed) {
+                    _ if unsigned_bytes(&f.file) => Mark::Mismatch,
+                    (_, Some(false)) => Mark::Mismatch,
+                    // Nothing in the folder claims its digest; the
+                    // signature's matched (a GGUF, a checkpoint).
+                    (None, Some(true)) => Mark::Verified,
+                    (ok, _) => Mark::of(ok),
                 },
             });
         }
@@ -881,6 +884,26 @@ mod tests {
             line(&c, "model.safetensors.index.json SHA-256"),
             Some(Mark::Mismatch)
         );
+        // A file nothing in the folder claims a digest of (a GGUF): unknown
+        // until the signature vouches for it, then verified; never
+        // verified when the signature says otherwise.
+        let unclaimed = |as_signed| {
+            [FileRow {
+                ok: None,
+                expected_sha256: None,
+                as_signed,
+                ..files[0].clone()
+            }]
+        };
+        for (as_signed, want) in [
+            (None, Mark::Unknown),
+            (Some(true), Mark::Verified),
+            (Some(false), Mark::Mismatch),
+        ] {
+            let rows = unclaimed(as_signed);
+            let c = Chain::build(&inputs(&p, &rows, &[]), None);
+            assert_eq!(line(&c, "weights.bin SHA-256"), Some(want), "{as_signed:?}");
+        }
     }
 
     #[test]

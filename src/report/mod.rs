@@ -311,8 +311,15 @@ impl ReportBuilder {
             // The audit keeps these for the signed manifest.
             Event::ShardHashed { .. } => {}
             Event::Provenance(p) => self.gptq = Some(p.clone()),
-            Event::Signature(s) => self.signature = Some((**s).clone()),
-            Event::Finished(r) => self.outcome = Some(r.clone()),
+            Event::Signature(s) => {
+                self.signature = Some((**s).clone());
+                // The comparison's findings came just before it.
+                self.mark_as_signed();
+            }
+            Event::Finished(r) => {
+                self.outcome = Some(r.clone());
+                self.mark_as_signed();
+            }
         }
     }
 
@@ -324,24 +331,26 @@ impl ReportBuilder {
             .count()
     }
 
-    /// The file rows, each with its `as_signed` once the signature's
-    /// digests have been compared.
-    fn files_as_signed(&self) -> Vec<FileRow> {
-        let mut rows = self.files.clone();
-        if let Some(sig) = &self.signature {
-            let matched: std::collections::HashSet<&str> =
-                sig.matched_files.iter().map(String::as_str).collect();
-            for row in &mut rows {
-                row.as_signed = if lineage::not_as_signed(&self.findings, &row.file) {
-                    Some(false)
-                } else if sig.signature_valid == Some(true) && matched.contains(row.file.as_str()) {
-                    Some(true)
-                } else {
-                    None
-                };
-            }
+    /// Whether the payload file `file` is as the signature lists it (see
+    /// [`FileRow::as_signed`]); `None` while no signature was checked.
+    pub fn as_signed(&self, file: &str) -> Option<bool> {
+        let sig = self.signature.as_ref()?;
+        if lineage::not_as_signed(&self.findings, file) {
+            return Some(false);
         }
-        rows
+        let matched = sig
+            .matched_files
+            .binary_search_by(|f| f.as_str().cmp(file))
+            .is_ok();
+        (sig.signature_valid == Some(true) && matched).then_some(true)
+    }
+
+    /// Sets each file row's `as_signed` from the signature and its findings.
+    fn mark_as_signed(&mut self) {
+        let states: Vec<_> = self.files.iter().map(|f| self.as_signed(&f.file)).collect();
+        for (row, state) in self.files.iter_mut().zip(states) {
+            row.as_signed = state;
+        }
     }
 
     /// The report as it stands (complete once `Finished` was applied).
@@ -379,7 +388,7 @@ impl ReportBuilder {
             verdict,
             findings: self.findings.clone(),
             tensors,
-            files: self.files_as_signed(),
+            files: self.files.clone(),
             totals: totals(&b.tensors),
             provenance: Provenance {
                 gptq: self.gptq.clone(),

@@ -273,7 +273,8 @@ pub struct SignatureReport {
     pub resources: usize,
     /// Files whose every signed digest was recomputed and matched.
     pub files_checked: usize,
-    /// Those files (relative paths), for the report's per-file `as_signed`.
+    /// Those files (relative paths, sorted), for the report's per-file
+    /// `as_signed`.
     #[serde(skip)]
     pub matched_files: Vec<String>,
     /// Files in the folder the signature does not cover.
