@@ -316,27 +316,24 @@ impl Cert {
         )
     }
 
-    /// The subject's public key.
-    pub fn public_key(&self) -> Result<PublicKey, String> {
-        let spki = self
-            .cert
+    /// The subject's SubjectPublicKeyInfo (DER).
+    fn spki_der(&self) -> Result<Vec<u8>, String> {
+        self.cert
             .tbs_certificate
             .subject_public_key_info
             .to_der()
-            .map_err(|e| e.to_string())?;
-        PublicKey::from_spki_der(&spki)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The subject's public key.
+    pub fn public_key(&self) -> Result<PublicKey, String> {
+        PublicKey::from_spki_der(&self.spki_der()?)
     }
 
     /// The subject's public key as one that may sign certificates and
     /// timestamps (ECDSA or RSA).
     pub fn issuer_key(&self) -> Result<IssuerKey, String> {
-        let spki = self
-            .cert
-            .tbs_certificate
-            .subject_public_key_info
-            .to_der()
-            .map_err(|e| e.to_string())?;
-        IssuerKey::from_spki_der(&spki)
+        IssuerKey::from_spki_der(&self.spki_der()?)
     }
 
     /// The subject alternative names a Sigstore identity is read from
