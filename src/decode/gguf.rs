@@ -304,6 +304,23 @@ pub fn has_joint_codes(ty: GgmlType) -> bool {
     matches!(ty, T::Q5_0 | T::Q5_1 | T::Q5_K | T::Q3_K | T::Q6_K)
 }
 
+/// Bit k of a byte moved to the low bit of byte k of a u64.
+const SPREAD_BITS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut k = 0;
+        while k < 8 {
+            if (b >> k) & 1 == 1 {
+                t[b] |= 1 << (8 * k);
+            }
+            k += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
 /// Most joint indices of one block ([`joint_indices`]).
 pub const MAX_JOINT: usize = 128;
 
@@ -320,12 +337,20 @@ pub fn joint_indices(ty: GgmlType, block: &[u8], out: &mut [u16; MAX_JOINT]) -> 
     match ty {
         T::Q5_0 | T::Q5_1 => {
             let off = if ty == T::Q5_0 { 2 } else { 4 };
-            let qh =
-                u32::from_le_bytes([block[off], block[off + 1], block[off + 2], block[off + 3]]);
+            let q = &block[off..off + 4];
+            // Byte i of `hb`: bit i of qh (code i's high bit) and, above
+            // it, bit i + 16 (code i + 16's). qh's bytes 0 and 2 hold
+            // those of i < 8, bytes 1 and 3 those of 8 <= i < 16; each is
+            // spread a bit a byte by table, not shifted out bit by bit.
+            let spread = |b: u8| SPREAD_BITS[usize::from(b)];
+            let lo = spread(q[0]) | spread(q[2]) << 1;
+            let hi = spread(q[1]) | spread(q[3]) << 1;
+            let mut hb = [0u8; 16];
+            hb[..8].copy_from_slice(&lo.to_le_bytes());
+            hb[8..].copy_from_slice(&hi.to_le_bytes());
             let qs: &[u8; 16] = block[off + 4..off + 20].try_into().unwrap_or(&[0; 16]);
-            for (i, (o, &b)) in out[..16].iter_mut().zip(qs).enumerate() {
-                let hb = ((qh >> i) & 1) | (((qh >> (i + 16)) & 1) << 1);
-                *o = u16::from(b) | (hb as u16) << 8;
+            for ((o, &b), &h) in out[..16].iter_mut().zip(qs).zip(&hb) {
+                *o = u16::from(b) | u16::from(h) << 8;
             }
             16
         }
