@@ -5,7 +5,9 @@
 //! hasher on its own), so validation hides under hashing. When every core
 //! already reads a file of its own there is no core to hide the scan on:
 //! one thread then reads, hashes and scans each piece while it is in its
-//! cache.
+//! cache. Those one-thread loops (and the threads of a file read by
+//! shards) take their pieces from guarded mapped windows of the file
+//! ([`Pieces`]) where they can, not from copies `read` makes.
 
 use std::fs::{self, File};
 use std::io::{ErrorKind, Read};
@@ -21,8 +23,9 @@ use super::ranges::RangeHasher;
 use super::scan::Scanner;
 use super::{CancelToken, CheckId, Event, Failure, FileStart, Finding, Options, Sink};
 use crate::format::payload::open_regular;
+use crate::format::window::Pieces;
 use crate::format::{Bundle, PayloadFile, error_chain, hex, sha256_hex};
-use crate::signing::folder::{Hasher, read_at};
+use crate::signing::folder::Hasher;
 use crate::signing::statement::HashType;
 
 /// Default bytes per chunk handed from the reader to the scanners.
@@ -416,7 +419,7 @@ fn scan_file(
     let hash = !options.skip_file_sha256.contains(&index);
     let digest = if inline && !options.range_hashes {
         let end = read_hash_scan(
-            file,
+            (&file, id.len),
             hash,
             bundle,
             &mut pending,
@@ -662,7 +665,7 @@ fn read_beside_scan(
 /// the hash and the code tally stall on them).
 #[allow(clippy::too_many_arguments)]
 fn read_hash_scan(
-    mut file: File,
+    (file, len): (&File, u64),
     hash: bool,
     bundle: &Bundle,
     pending: &mut std::collections::VecDeque<Scanner>,
@@ -674,6 +677,7 @@ fn read_hash_scan(
     let mut h = hash.then(<Sha256 as Digest>::new);
     let mut offset = 0u64;
     let mut buf = vec![0u8; READ_PIECE];
+    let mut pieces = Pieces::new(file, len);
     let mut since_progress = 0usize;
     loop {
         if cancel.is_cancelled() {
@@ -683,10 +687,9 @@ fn read_hash_scan(
                 error: Some("stopped".into()),
             };
         }
-        let n = match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+        let data = match pieces.at(&mut buf, offset, READ_PIECE) {
+            Ok([]) => break,
+            Ok(data) => data,
             Err(e) => {
                 return ReadEnd {
                     digest: None,
@@ -695,10 +698,11 @@ fn read_hash_scan(
                 };
             }
         };
+        let n = data.len();
         if let Some(h) = &mut h {
-            h.update(&buf[..n]);
+            h.update(data);
         }
-        feed_scanners(bundle, pending, active, &buf[..n], offset, emit);
+        feed_scanners(bundle, pending, active, data, offset, emit);
         offset += n as u64;
         since_progress += n;
         if since_progress >= CHUNK_BYTES {
@@ -829,7 +833,7 @@ fn scan_file_by_shards(
                         let end = read_shard(
                             bundle,
                             (index, file, hash_type),
-                            (a, b),
+                            (a, b, len),
                             mine,
                             &mut buf,
                             (order, progress),
@@ -884,7 +888,7 @@ fn scan_file_by_shards(
 fn read_shard(
     bundle: &Bundle,
     (index, file, hash_type): (usize, &File, HashType),
-    (a, b): (u64, u64),
+    (a, b, len): (u64, u64, u64),
     mine: Vec<Scanner>,
     buf: &mut [u8],
     (order, progress): (&Mutex<InOrder>, &(dyn Fn(u64) + Sync)),
@@ -894,6 +898,7 @@ fn read_shard(
     let mut pending: std::collections::VecDeque<Scanner> = mine.into();
     let mut active: Vec<Scanner> = Vec::new();
     let mut hasher = Some(Hasher::new(hash_type));
+    let mut pieces = Pieces::new(file, len);
     let mut pos = a;
     let mut unreported = 0u64;
     let stop = loop {
@@ -923,12 +928,12 @@ fn read_shard(
             }
         }
         let want = usize::try_from(limit - pos).map_or(buf.len(), |n| n.min(buf.len()));
-        let n = match read_at(file, &mut buf[..want], pos) {
-            Ok(0) => break Some((pos, None)),
-            Ok(n) => n,
+        let data = match pieces.at(buf, pos, want) {
+            Ok([]) => break Some((pos, None)),
+            Ok(data) => data,
             Err(e) => break Some((pos, Some(format!("read error at byte {pos}: {e}")))),
         };
-        let data = &buf[..n];
+        let n = data.len();
         if let Some(h) = &mut hasher {
             h.update(data);
             unreported += n as u64;

@@ -10,6 +10,7 @@ mod model;
 pub mod nvfp4;
 pub mod payload;
 pub mod safetensors;
+pub mod window;
 
 use std::fs;
 use std::io::Read;

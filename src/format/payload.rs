@@ -217,9 +217,9 @@ pub fn map_file(name: &str, path: &Path) -> Result<Mapped, PayloadError> {
     // SAFETY: the map is read-only and bundlescope never writes to a
     // bundle. Another process truncating the file while it is mapped would
     // make a read of the lost pages fault (SIGBUS); that is the price of not
-    // copying multi-GiB payloads, and `audit` (which uses plain reads and
-    // reports a file that changed under it) is the tool for a payload that
-    // may change.
+    // copying multi-GiB payloads, and `audit` (which reads through guarded
+    // windows, `window.rs`, or plain reads, and reports a file that changed
+    // under it) is the tool for a payload that may change.
     let map = unsafe { Mmap::map(&file) }.map_err(|source| PayloadError::Io {
         file: name.to_string(),
         path: path.to_path_buf(),

@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::statement::{HashType, Method, Statement};
 use crate::finding::{Finding, checks};
+use crate::format::window::read_at;
 use crate::util::CancelToken;
 
 /// Most files walked.
@@ -229,25 +230,6 @@ fn hash_range(
         at += n as u64;
     }
     Ok(h.finish())
-}
-
-/// Reads at `at` without moving the file's cursor (so threads can share
-/// one open file), retrying an interrupted read.
-#[cfg(unix)]
-pub(crate) fn read_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
-    use std::os::unix::fs::FileExt;
-    loop {
-        match f.read_at(buf, at) {
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            r => return r,
-        }
-    }
-}
-
-#[cfg(not(unix))]
-pub(crate) fn read_at(f: &File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
-    use std::os::windows::fs::FileExt;
-    f.seek_read(buf, at)
 }
 
 /// Compares the statement's resources with `dir`. `known` holds what the
