@@ -795,6 +795,20 @@ fn scan_file_by_shards(
         shard = end;
     }
     left.extend(iter);
+    // Costliest shards first (hashing plus the scans of the tensors that
+    // start in them), so the threads run out of work together: with the
+    // cheap ones last, the tail where one thread waits on another's shard
+    // is short (in file order it was a tenth of the wall time).
+    let cost = |(a, mine): &(u64, Vec<Scanner>)| {
+        let hash = (len.min(a + shard_size) - a) as f64;
+        let scan: f64 = mine
+            .iter()
+            .map(|s| (s.end - s.start) as f64 * s.cost_per_byte())
+            .sum();
+        hash + scan
+    };
+    work.make_contiguous()
+        .sort_by(|x, y| cost(y).total_cmp(&cost(x)));
     let work = Mutex::new(work);
     let left = Mutex::new(left);
     let order = Mutex::new(InOrder {
