@@ -36,6 +36,12 @@ struct Acc {
     codes: [u64; 256],
     sub: [u64; 256],
     mins: [u64; 256],
+    /// Whether the type has F16 scale fields (`d`, and `m` or `dmin`).
+    f16: bool,
+    /// Their 16-bit pattern histograms: empty until the first block (then
+    /// taken from the thread's pool of cleared tables, and given back
+    /// cleared at the end), so that opening a file's scanners, on one
+    /// thread before the pass, faults in no table.
     d_hist: Vec<u32>,
     m_hist: Vec<u32>,
     zero_blocks: u64,
@@ -45,14 +51,29 @@ struct Acc {
     first_bad: Option<(u64, &'static str, u32, usize)>,
 }
 
+/// Adds `theirs` into `mine` cell by cell; gives `theirs` back.
+fn add_into(mine: &mut [u32], theirs: Vec<u32>) -> Vec<u32> {
+    for (a, &b) in mine.iter_mut().zip(&theirs) {
+        *a += b;
+    }
+    theirs
+}
+
+/// Clears a histogram table and keeps it in this thread's pool.
+fn give_back(mut table: Vec<u32>) {
+    table.fill(0);
+    super::pool::give_cleared(table);
+}
+
 impl Acc {
     fn new(f16: bool) -> Self {
         Self {
             codes: [0; 256],
             sub: [0; 256],
             mins: [0; 256],
-            d_hist: if f16 { vec![0; 1 << 16] } else { Vec::new() },
-            m_hist: if f16 { vec![0; 1 << 16] } else { Vec::new() },
+            f16,
+            d_hist: Vec::new(),
+            m_hist: Vec::new(),
             zero_blocks: 0,
             bad: 0,
             first_bad: None,
@@ -69,11 +90,12 @@ impl Acc {
         for (a, b) in self.mins.iter_mut().zip(o.mins) {
             *a += b;
         }
-        for (a, b) in self.d_hist.iter_mut().zip(o.d_hist) {
-            *a += b;
-        }
-        for (a, b) in self.m_hist.iter_mut().zip(o.m_hist) {
-            *a += b;
+        for (mine, theirs) in [(&mut self.d_hist, o.d_hist), (&mut self.m_hist, o.m_hist)] {
+            if mine.is_empty() {
+                *mine = theirs;
+            } else {
+                give_back(add_into(mine, theirs));
+            }
         }
         self.zero_blocks += o.zero_blocks;
         self.bad += o.bad;
@@ -84,6 +106,10 @@ impl Acc {
 
     /// Tallies whole blocks; `first` is the index of the first.
     fn blocks(&mut self, ty: GgmlType, first: u64, data: &[u8], type_size: usize) {
+        if self.f16 && self.d_hist.is_empty() {
+            self.d_hist = super::pool::take(1 << 16);
+            self.m_hist = super::pool::take(1 << 16);
+        }
         // Bounded so the u32 tables below cannot overflow.
         let per_call = (1usize << 20) * type_size;
         for (i, part) in data.chunks(per_call).enumerate() {
@@ -409,7 +435,7 @@ impl GgufScan {
             // scale histograms, which smaller pieces would pay for again.
             let piece = data.len().div_ceil(threads).max(PARALLEL_MIN_BYTES / 2);
             let piece = piece.div_ceil(ts) * ts;
-            let f16 = !self.acc.d_hist.is_empty();
+            let f16 = self.acc.f16;
             let parts: Vec<Acc> = data
                 .par_chunks(piece)
                 .enumerate()
@@ -506,11 +532,14 @@ impl GgufScan {
         } else {
             summary(&acc.d_hist)
         };
-        let mins = if f16_fields(ty).1.is_some() {
+        let mins = if f16_fields(ty).1.is_some() && !acc.m_hist.is_empty() {
             summary(&acc.m_hist)
         } else {
             None
         };
+        for table in [acc.d_hist, acc.m_hist] {
+            give_back(table);
+        }
         let blocks = self.block;
         let rows_over = |factor: f64| {
             scales.as_ref().map_or(0, |s| {
@@ -626,6 +655,41 @@ mod tests {
                 }
             }
             assert_eq!(whole.stats.codes.unwrap().counts, want, "{}", ty.name());
+            // The d summary against the blocks' own d fields: its tables
+            // come from (and go back cleared to) a per-thread pool shared
+            // by every type of this loop, so a table given back dirty, or
+            // merged twice, moves these.
+            let (d_at, _) = f16_fields(ty);
+            let got = whole.stats.scales.as_ref();
+            let Some(at) = d_at else {
+                assert!(got.is_none(), "{}", ty.name());
+                continue;
+            };
+            let ds: Vec<u16> = bytes
+                .chunks_exact(ty.type_size() as usize)
+                .map(|b| u16::from_le_bytes([b[at], b[at + 1]]) & 0x7fff)
+                .collect();
+            let valid: Vec<f32> = ds
+                .iter()
+                .filter(|&&h| h != 0 && h & 0x7c00 != 0x7c00)
+                .map(|&h| f16_to_f32(h))
+                .collect();
+            let got = got.unwrap_or_else(|| panic!("{}: no d summary", ty.name()));
+            assert_eq!(got.count, ds.len() as u64, "{}", ty.name());
+            assert_eq!(
+                got.invalid,
+                (ds.len() - valid.len()) as u64,
+                "{}",
+                ty.name()
+            );
+            let max = valid.iter().copied().fold(0f32, f32::max);
+            let min = valid.iter().copied().fold(f32::INFINITY, f32::min);
+            assert_eq!(
+                (got.min, got.max),
+                (f64::from(min), f64::from(max)),
+                "{}",
+                ty.name()
+            );
         }
     }
 }
