@@ -7,10 +7,16 @@
 //! makes a read of the lost pages fault (SIGBUS), which would kill the
 //! process. [`Window`] guards against that: a signal handler maps zero pages
 //! over the rest of the window the fault is in, marks the window, and lets
-//! the read go on; [`Pieces`] sees the mark and reports the end of the file
-//! there, as a `read` that came up short would (the pass then says that the
-//! file changed under it). Faults outside any window go to the handler that
-//! was there before (Rust's own, or the default: the process stops).
+//! the read go on; [`Pieces`] sees the mark, drops the map and reads the
+//! rest with `pread`, which gives what a read gives: the file's real end
+//! (the pass then says that the file changed under it) or the disk's read
+//! error (a failing disk raises the same signal on a map). Faults outside
+//! the faulting thread's own windows go to the handler that was there
+//! before (Rust's own, or the default: the process stops).
+//!
+//! One difference from `read` stays: a file cut inside a page reads as
+//! zeros up to that page's end without any fault, where `read` stops at
+//! the cut; the pass still reports the file as changed (its size moved).
 //!
 //! Linux only; elsewhere [`Window::map`] gives `None` and [`Pieces`] reads.
 
@@ -154,11 +160,15 @@ impl<'f> Pieces<'f> {
             }
             if let Some(w) = &self.window {
                 let from = (pos - w.offset) as usize;
-                if !w.touch(from..from + want) {
-                    // The file shrank under the map: it ends here.
-                    return Ok(&[]);
+                if w.touch(from..from + want) {
+                    return Ok(
+                        &self.window.as_ref().map_or(&[][..], |w| w.bytes())[from..from + want]
+                    );
                 }
-                return Ok(&w.bytes()[from..from + want]);
+                // A page was lost (the file shrank, or the disk failed):
+                // from here on, plain reads say which.
+                self.window = None;
+                self.map = false;
             }
         }
         let n = read_at(self.file, &mut buf[..want], pos)?;
@@ -198,6 +208,11 @@ mod guard {
     const SLOTS: usize = 64;
 
     struct Slot {
+        /// The thread that maps and reads the window: the only one whose
+        /// faults the handler takes for this window (a slot released and
+        /// claimed again by another thread while the handler reads it
+        /// cannot then pair one owner's start with another's end).
+        owner: AtomicUsize,
         /// Page-aligned bounds of the mapping; `start` 0 when free.
         start: AtomicUsize,
         end: AtomicUsize,
@@ -209,6 +224,7 @@ mod guard {
 
     #[allow(clippy::declare_interior_mutable_const)]
     const FREE: Slot = Slot {
+        owner: AtomicUsize::new(0),
         start: AtomicUsize::new(0),
         end: AtomicUsize::new(0),
         busy: AtomicBool::new(false),
@@ -262,14 +278,22 @@ mod guard {
             .is_some()
     }
 
-    /// A free slot for the mapping `[start, end)`.
+    /// The calling thread's kernel id (async-signal-safe).
+    fn thread_id() -> usize {
+        // SAFETY: gettid has no arguments and cannot fail.
+        unsafe { libc::syscall(libc::SYS_gettid) as usize }
+    }
+
+    /// A free slot for the mapping `[start, end)`, owned by this thread.
     pub(super) fn claim(start: usize, end: usize) -> Option<usize> {
+        let me = thread_id();
         TABLE.iter().position(|s| {
             s.busy
                 .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
                 && {
                     s.lost.store(false, Ordering::Relaxed);
+                    s.owner.store(me, Ordering::Relaxed);
                     s.end.store(end, Ordering::Relaxed);
                     s.start.store(start, Ordering::Release);
                     true
@@ -294,10 +318,13 @@ mod guard {
         // SAFETY: the kernel passes a valid siginfo for an SA_SIGINFO handler.
         let addr = unsafe { (*info).si_addr() } as usize;
         let page = PAGE.load(Ordering::Relaxed).max(1);
+        let me = thread_id();
         for s in &TABLE {
             let start = s.start.load(Ordering::Acquire);
             let end = s.end.load(Ordering::Relaxed);
-            if start != 0 && (start..end).contains(&addr) {
+            // Only this thread's windows: their slots cannot change while
+            // it is here (it claims and releases them itself).
+            if start != 0 && s.owner.load(Ordering::Relaxed) == me && (start..end).contains(&addr) {
                 let from = addr & !(page - 1);
                 // Zero pages over the rest of the window: the faulting read
                 // is retried and reads zeros, and so does every later one.
@@ -350,7 +377,8 @@ mod guard {
     }
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(test)]
+#[cfg(target_os = "linux")] // the mapped path exists on Linux only
 mod tests {
     use super::*;
     use std::io::Write;
@@ -427,12 +455,16 @@ mod tests {
         // Bytes still in the file still read as they are...
         let kept = pieces.at(&mut buf, 512 << 10, 256 << 10).unwrap().to_vec();
         assert_eq!(kept, whole[512 << 10..768 << 10]);
-        // ...and a piece past the cut is the end of the file, not a crash.
+        // ...and a piece past the cut is the end of the file, not a crash;
+        // the reads are then plain ones, which give the file's real end.
         let past = pieces.at(&mut buf, 2 << 20, 256 << 10).unwrap();
         assert!(
             past.is_empty(),
             "a piece past the truncation read {} bytes",
             past.len()
         );
+        assert!(pieces.window.is_none() && !pieces.map);
+        let tail = pieces.at(&mut buf, (1 << 20) - 100, 256 << 10).unwrap();
+        assert_eq!(tail, &whole[(1 << 20) - 100..1 << 20]);
     }
 }
