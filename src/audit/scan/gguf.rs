@@ -59,10 +59,13 @@ fn add_into(mine: &mut [u32], theirs: Vec<u32>) -> Vec<u32> {
     theirs
 }
 
-/// Clears a histogram table and keeps it in this thread's pool.
+/// Clears a histogram table and keeps it in this thread's pool, or drops
+/// it uncleared when the pool is full.
 fn give_back(mut table: Vec<u32>) {
-    table.fill(0);
-    super::pool::give_cleared(table);
+    if super::pool::wants(table.len()) {
+        table.fill(0);
+        super::pool::give_cleared(table);
+    }
 }
 
 impl Acc {

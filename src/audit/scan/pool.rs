@@ -23,6 +23,12 @@ pub(super) fn take(len: usize) -> Vec<u32> {
         .unwrap_or_else(|| vec![0; len])
 }
 
+/// Whether this thread's pool has room for a table of `len` cells (a
+/// caller that must clear a table before giving it back clears only then).
+pub(super) fn wants(len: usize) -> bool {
+    len > 0 && TABLES.with(|p| p.borrow().iter().filter(|t| t.len() == len).count() < POOLED)
+}
+
 /// Keeps `table`, which the caller has zeroed, for the next [`take`] of
 /// its length on this thread.
 pub(super) fn give_cleared(table: Vec<u32>) {
