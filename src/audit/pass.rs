@@ -780,8 +780,7 @@ fn scan_file_by_shards(
     keys.sort_unstable();
     // Each shard's scanners: those whose tensor starts in it. Tensors that
     // start at or past the end are never reached.
-    let mut work: std::collections::VecDeque<(u64, Vec<Scanner>)> =
-        std::collections::VecDeque::new();
+    let mut work: Vec<(u64, Vec<Scanner>)> = Vec::new();
     let mut left = Vec::new();
     let mut shard = 0u64;
     let mut iter = scanners.into_iter().peekable();
@@ -791,14 +790,10 @@ fn scan_file_by_shards(
         while let Some(s) = iter.next_if(|s| s.start < end) {
             mine.push(s);
         }
-        work.push_back((shard, mine));
+        work.push((shard, mine));
         shard = end;
     }
     left.extend(iter);
-    // Costliest shards first (hashing plus the scans of the tensors that
-    // start in them), so the threads run out of work together: with the
-    // cheap ones last, the tail where one thread waits on another's shard
-    // is short (in file order it was a tenth of the wall time).
     let cost = |(a, mine): &(u64, Vec<Scanner>)| {
         let hash = (len.min(a + shard_size) - a) as f64;
         let scan: f64 = mine
@@ -807,8 +802,12 @@ fn scan_file_by_shards(
             .sum();
         hash + scan
     };
-    work.make_contiguous()
-        .sort_by(|x, y| cost(y).total_cmp(&cost(x)));
+    let costs: Vec<f64> = work.iter().map(cost).collect();
+    let mut slots: Vec<Option<(u64, Vec<Scanner>)>> = work.into_iter().map(Some).collect();
+    let work: std::collections::VecDeque<(u64, Vec<Scanner>)> = shard_order(&costs, cores)
+        .into_iter()
+        .filter_map(|i| slots[i].take())
+        .collect();
     let work = Mutex::new(work);
     let left = Mutex::new(left);
     let order = Mutex::new(InOrder {
@@ -893,6 +892,21 @@ fn scan_file_by_shards(
     let end = (offset, read_error, digest, unfinished);
     conclude(bundle, (index, info), end, options, cancel, emit);
     Ok(())
+}
+
+/// The order in which the threads take a file's shards, given each shard's
+/// cost (hashing plus the scans of the tensors that start in it): file
+/// order, so that the tensors' events stream front to back as the shards
+/// finish, but the last `2·cores` shards costliest first, so that the
+/// threads run out of work together with a cheap shard last (in file order
+/// the tail in which one thread waits on another's shard was a tenth of
+/// the wall time). Sorting every shard would do the same for the tail but
+/// hold every event back behind a cheap first shard taken last.
+fn shard_order(costs: &[f64], cores: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..costs.len()).collect();
+    let tail = order.len().saturating_sub(2 * cores.max(1));
+    order[tail..].sort_by(|&x, &y| costs[y].total_cmp(&costs[x]));
+    order
 }
 
 /// One shard `[a, b)` of a file read by shards (see
@@ -1311,6 +1325,23 @@ mod tests {
                 .any(|l| l.contains("payload.length") && l.contains("inside this tensor")),
             "{lines:?}"
         );
+    }
+
+    /// The shards are taken front to back (a cheap first shard is not left
+    /// for last, holding back every tensor's event), except the last few,
+    /// which go costliest first so that the run ends on a cheap one.
+    #[test]
+    fn shards_go_front_to_back_but_end_on_the_cheapest() {
+        let costs = [1.0, 5.0, 5.0, 5.0, 5.0, 5.0, 2.0, 9.0, 1.5, 4.0];
+        let order = shard_order(&costs, 2);
+        assert_eq!(&order[..6], &[0, 1, 2, 3, 4, 5]);
+        assert_eq!(&order[6..], &[7, 9, 6, 8]);
+        let mut all = order.clone();
+        all.sort_unstable();
+        assert_eq!(all, (0..costs.len()).collect::<Vec<_>>());
+        // Fewer shards than the tail: all of them by cost.
+        assert_eq!(shard_order(&[1.0, 3.0, 2.0], 2), [1, 2, 0]);
+        assert!(shard_order(&[], 2).is_empty());
     }
 
     #[test]
