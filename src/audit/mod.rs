@@ -325,7 +325,12 @@ pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
                 std::thread::Builder::new()
                     .name("bundlescope-shards".into())
                     .spawn_scoped(scope, move || {
-                        signature::compare(p, bundle, &Default::default(), options, cancel)
+                        let compare =
+                            || signature::compare(p, bundle, &Default::default(), options, cancel);
+                        match yielding_pool() {
+                            Some(pool) => pool.install(compare),
+                            None => compare(),
+                        }
                     })
             });
         let passed = audit_bundle(&bundle, options, cancel, &gather);
@@ -363,6 +368,37 @@ pub fn run(path: &Path, options: &Options, cancel: &CancelToken, sink: Sink) {
         warnings,
         duration: started.elapsed(),
     })));
+}
+
+/// A pool of one thread a core for the shard digests hashed beside the
+/// pass, each thread at a lower priority than the pass's (Linux: nice 10):
+/// the pass's reader, whose SHA-256 of the whole file is one stream that
+/// no other core can help with, then keeps its core, and the shard
+/// hashing takes the time it leaves. At equal priority the two shard
+/// threads, the reader and its scanner shared two cores alike, and the
+/// reader, the longest, finished last. `None` where the pool cannot start
+/// (the global pool then hashes).
+fn yielding_pool() -> Option<rayon::ThreadPool> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(cores)
+        .thread_name(|i| format!("bundlescope-shards-{i}"))
+        .start_handler(|_| lower_this_threads_priority())
+        .build()
+        .ok()
+}
+
+/// Raises the calling thread's nice value (Linux, where it is per thread);
+/// elsewhere nothing. It cannot be lowered back without privileges, so only
+/// threads that end with their work call it.
+fn lower_this_threads_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid has no arguments; setpriority on this thread's own id
+    // only changes its scheduling, and a failure leaves it as it was.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
 }
 
 /// Most look-alike name pairs reported for one bundle.
@@ -538,4 +574,33 @@ fn audit_bundle(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// The shard digests hashed beside the pass run below its priority, on
+    /// one thread a core, and the threads' nice value is theirs alone: the
+    /// caller's own stays as it was.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_hashing_beside_the_pass_yields_to_it() {
+        let nice = || {
+            // SAFETY: getpriority on this thread's own id reads a value.
+            unsafe {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                libc::getpriority(libc::PRIO_PROCESS, tid)
+            }
+        };
+        let before = nice();
+        let pool = super::yielding_pool().expect("the pool starts");
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(pool.current_num_threads(), cores);
+        let inside: Vec<i32> = pool.broadcast(|_| nice());
+        assert_eq!(inside.len(), cores);
+        assert!(
+            inside.iter().all(|&n| n == before + 10 || n == 19),
+            "{inside:?} (caller {before})"
+        );
+        assert_eq!(nice(), before);
+    }
 }
