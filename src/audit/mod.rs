@@ -388,16 +388,16 @@ fn yielding_pool() -> Option<rayon::ThreadPool> {
         .ok()
 }
 
-/// Raises the calling thread's nice value (Linux, where it is per thread);
-/// elsewhere nothing. It cannot be lowered back without privileges, so only
-/// threads that end with their work call it.
+/// Raises the calling thread's nice value (Linux, where it is per thread:
+/// `PRIO_PROCESS` with id 0 is the calling thread); elsewhere nothing. It
+/// cannot be lowered back without privileges, so only threads that end
+/// with their work call it.
 fn lower_this_threads_priority() {
+    // SAFETY: setpriority on the calling thread only changes its
+    // scheduling, and a failure leaves it as it was.
     #[cfg(target_os = "linux")]
-    // SAFETY: gettid has no arguments; setpriority on this thread's own id
-    // only changes its scheduling, and a failure leaves it as it was.
     unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
     }
 }
 
@@ -584,13 +584,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_hashing_beside_the_pass_yields_to_it() {
-        let nice = || {
-            // SAFETY: getpriority on this thread's own id reads a value.
-            unsafe {
-                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                libc::getpriority(libc::PRIO_PROCESS, tid)
-            }
-        };
+        // SAFETY: getpriority of the calling thread reads a value.
+        let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
         let before = nice();
         let pool = super::yielding_pool().expect("the pool starts");
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -802,13 +802,8 @@ fn scan_file_by_shards(
             .sum();
         hash + scan
     };
-    let costs: Vec<f64> = work.iter().map(cost).collect();
-    let mut slots: Vec<Option<(u64, Vec<Scanner>)>> = work.into_iter().map(Some).collect();
-    let work: std::collections::VecDeque<(u64, Vec<Scanner>)> = shard_order(&costs, cores)
-        .into_iter()
-        .filter_map(|i| slots[i].take())
-        .collect();
-    let work = Mutex::new(work);
+    shard_order(&mut work, cost, cores);
+    let work = Mutex::new(std::collections::VecDeque::from(work));
     let left = Mutex::new(left);
     let order = Mutex::new(InOrder {
         keys,
@@ -894,19 +889,17 @@ fn scan_file_by_shards(
     Ok(())
 }
 
-/// The order in which the threads take a file's shards, given each shard's
-/// cost (hashing plus the scans of the tensors that start in it): file
+/// Puts a file's shards in the order the threads take them, given each
+/// shard's cost (hashing plus the scans of the tensors that start in it): file
 /// order, so that the tensors' events stream front to back as the shards
 /// finish, but the last `2·cores` shards costliest first, so that the
 /// threads run out of work together with a cheap shard last (in file order
 /// the tail in which one thread waits on another's shard was a tenth of
 /// the wall time). Sorting every shard would do the same for the tail but
 /// hold every event back behind a cheap first shard taken last.
-fn shard_order(costs: &[f64], cores: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..costs.len()).collect();
-    let tail = order.len().saturating_sub(2 * cores.max(1));
-    order[tail..].sort_by(|&x, &y| costs[y].total_cmp(&costs[x]));
-    order
+fn shard_order<T>(shards: &mut [T], cost: impl Fn(&T) -> f64, cores: usize) {
+    let tail = shards.len().saturating_sub(2 * cores.max(1));
+    shards[tail..].sort_by(|x, y| cost(y).total_cmp(&cost(x)));
 }
 
 /// One shard `[a, b)` of a file read by shards (see
@@ -1332,16 +1325,22 @@ mod tests {
     /// which go costliest first so that the run ends on a cheap one.
     #[test]
     fn shards_go_front_to_back_but_end_on_the_cheapest() {
+        // Each shard's index in the file, and its cost.
+        let order_of = |costs: &[f64]| {
+            let mut shards: Vec<(usize, f64)> = costs.iter().copied().enumerate().collect();
+            shard_order(&mut shards, |s| s.1, 2);
+            shards.into_iter().map(|s| s.0).collect::<Vec<_>>()
+        };
         let costs = [1.0, 5.0, 5.0, 5.0, 5.0, 5.0, 2.0, 9.0, 1.5, 4.0];
-        let order = shard_order(&costs, 2);
+        let order = order_of(&costs);
         assert_eq!(&order[..6], &[0, 1, 2, 3, 4, 5]);
         assert_eq!(&order[6..], &[7, 9, 6, 8]);
         let mut all = order.clone();
         all.sort_unstable();
         assert_eq!(all, (0..costs.len()).collect::<Vec<_>>());
         // Fewer shards than the tail: all of them by cost.
-        assert_eq!(shard_order(&[1.0, 3.0, 2.0], 2), [1, 2, 0]);
-        assert!(shard_order(&[], 2).is_empty());
+        assert_eq!(order_of(&[1.0, 3.0, 2.0]), [1, 2, 0]);
+        assert!(order_of(&[]).is_empty());
     }
 
     #[test]
