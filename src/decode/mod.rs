@@ -275,7 +275,7 @@ mod tests {
             for n in [0usize, 1, 255, 256, 257, 65536] {
                 let mut out = vec![7.5f32; n];
                 halves_to_f32(bf16, &bytes[..2 * n], &mut out);
-                for (h, &v) in (0u16..).zip(&out) {
+                for (h, &v) in (0..=u16::MAX).zip(&out) {
                     let want = if bf16 { bf16_to_f32(h) } else { f16_to_f32(h) };
                     assert!(same(v, want), "{h:#06x}");
                 }
