@@ -38,7 +38,8 @@ fn count_panics() {
     });
 }
 
-/// The names of this process's threads (for a message).
+/// The names of this process's threads (for the app test's message).
+#[cfg(feature = "gui")]
 fn thread_names() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir("/proc/self/task")
         .unwrap()
