@@ -11,6 +11,8 @@ mod gguf;
 mod mlx;
 #[cfg(test)]
 mod mlx_reference_tests;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod nvfp4;
 mod packed;
 mod pool;

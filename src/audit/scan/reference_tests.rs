@@ -187,15 +187,21 @@ fn every_kernel_counts_alike() {
     for kind in [PackedKind::Q3, PackedKind::Q3Full8, PackedKind::Q4] {
         let ctx = CodeCtx::new(kind, START);
         let group = tally::group_bytes(kind);
-        // Random groups and zero groups, in runs that are not a multiple of
-        // the AVX2 kernel's block of groups.
-        for groups in [0usize, 1, 6, 7, 8, 15, 1000] {
+        // Random groups, zero groups and zero groups but for one byte
+        // (anywhere: a kernel that compares only part of a group counts
+        // them as zero), in runs that are not a multiple of the kernels'
+        // blocks of groups.
+        for groups in [0usize, 1, 2, 3, 4, 6, 7, 8, 15, 1000] {
             let mut units = vec![0u8; groups * group];
             for g in units.chunks_exact_mut(group) {
-                if rng.below(3) == 0 {
-                    g.copy_from_slice(&ctx.zero_group[..group]);
-                } else {
-                    g.iter_mut().for_each(|b| *b = rng.next() as u8);
+                match rng.below(4) {
+                    0 => g.copy_from_slice(&ctx.zero_group[..group]),
+                    1 => {
+                        g.copy_from_slice(&ctx.zero_group[..group]);
+                        let at = rng.below(group as u64) as usize;
+                        g[at] ^= 1 + rng.below(255) as u8;
+                    }
+                    _ => g.iter_mut().for_each(|b| *b = rng.next() as u8),
                 }
             }
             let fast = tally::count(&ctx, &units);

@@ -1,7 +1,8 @@
 //! The code tally of packed tensors: how often each code occurs, how many
 //! groups hold only the zero level, and where the first reserved code is.
-//! AVX2 kernels count where the CPU has them (see `avx2.rs`), a portable
-//! table-driven kernel elsewhere; both give exactly the same tally, and runs
+//! AVX2 kernels count where the CPU has them (see `avx2.rs`), NEON kernels
+//! on aarch64 (`neon.rs`), a portable table-driven kernel elsewhere; all
+//! give exactly the same tally, and runs
 //! tallied apart (on different threads) and merged in order give exactly
 //! what one sequential tally of the same bytes gives.
 
@@ -18,6 +19,7 @@ pub(super) const PARALLEL_MIN_BYTES: usize = 2 << 20;
 
 /// Bytes the portable kernel counts into its u32 tables before adding them
 /// to the u64 totals, so no cell can overflow. A multiple of both group sizes.
+#[cfg(any(test, not(target_arch = "aarch64")))]
 const TABLE_BYTES: usize = 3 << 28;
 
 /// Bytes of one group of 64 codes: 32 for 4-bit codes, 24 for 3-bit ones.
@@ -107,6 +109,9 @@ pub(super) fn count(ctx: &CodeCtx, units: &[u8]) -> Counted {
     if let Some(counted) = super::avx2::count(ctx.kind, units, &ctx.zero_group) {
         return counted;
     }
+    #[cfg(target_arch = "aarch64")]
+    return super::neon::count(ctx.kind, units, &ctx.zero_group);
+    #[cfg(not(target_arch = "aarch64"))]
     count_portable(ctx, units)
 }
 
@@ -125,10 +130,12 @@ pub(super) fn nibble_counts(bytes: &[u8]) -> [u64; 16] {
     counts
 }
 
-/// The kernel for CPUs without AVX2: per-byte (4-bit) or per-12-bit (3-bit)
+/// The kernel for CPUs without AVX2 or NEON (on aarch64 built for the
+/// tests alone, which check NEON against it): per-byte (4-bit) or per-12-bit (3-bit)
 /// histograms in interleaved u32 tables, which break the store-to-load chain
 /// a single table suffers when one pattern repeats (the zero level, above
 /// all), then folded into code counts.
+#[cfg(any(test, not(target_arch = "aarch64")))]
 pub(super) fn count_portable(ctx: &CodeCtx, units: &[u8]) -> Counted {
     let mut out = Counted {
         counts: [0; 16],
@@ -143,6 +150,7 @@ pub(super) fn count_portable(ctx: &CodeCtx, units: &[u8]) -> Counted {
     out
 }
 
+#[cfg(any(test, not(target_arch = "aarch64")))]
 fn portable_q4(ctx: &CodeCtx, units: &[u8], out: &mut Counted) {
     let mut t = [[0u32; 256]; 4];
     let zero = ctx.zero_group;
@@ -163,6 +171,7 @@ fn portable_q4(ctx: &CodeCtx, units: &[u8], out: &mut Counted) {
     }
 }
 
+#[cfg(any(test, not(target_arch = "aarch64")))]
 fn portable_q3(ctx: &CodeCtx, units: &[u8], out: &mut Counted) {
     let mut t = [[0u32; 4096]; 2];
     let zero: [u8; 24] = std::array::from_fn(|i| ctx.zero_group[i]);
