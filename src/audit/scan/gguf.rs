@@ -623,6 +623,53 @@ mod tests {
     }
 
     #[test]
+    fn outlier_rows_are_the_rows_whose_largest_finite_d_is_far_above_the_median() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(3)
+            .build()
+            .unwrap();
+        for ty in [GgmlType::Q4_0, GgmlType::Q5_1, GgmlType::Q6_K] {
+            let ts = ty.type_size() as usize;
+            let per_row = (512 / ty.block_size()) as usize;
+            let rows = (3 * PARALLEL_MIN_BYTES).div_ceil(per_row * ts);
+            let (info, mut bytes) = tensor(ty, rows as u64);
+            let at = f16_fields(ty).0.unwrap();
+            let mut set = |block: usize, d: f32| {
+                let h = crate::decode::f32_to_f16(d);
+                bytes[block * ts + at..block * ts + at + 2].copy_from_slice(&h.to_le_bytes());
+            };
+            // Every d 1 (the median), then one block of some rows larger:
+            // 9 (over 8 medians), 12 and 100 (over 10), 7 (neither); a NaN
+            // and an infinity count for no row's largest.
+            for b in 0..rows * per_row {
+                set(b, 1.0);
+            }
+            let planted = [
+                (3, 5, 9.0),
+                (rows / 2, 0, 12.0),
+                (rows - 1, per_row - 1, 100.0),
+                (10, 2, 7.0),
+                (11, 1, f32::NAN),
+                (12, 3, f32::INFINITY),
+            ];
+            for (row, i, d) in planted {
+                set(row * per_row + i, d);
+            }
+            // Fed whole on three threads, and in pieces on this thread.
+            let mut whole = super::super::Scanner::for_tensor(0, &info).unwrap();
+            pool.install(|| whole.feed(&bytes));
+            let mut pieces = super::super::Scanner::for_tensor(0, &info).unwrap();
+            for p in bytes.chunks(4097) {
+                pieces.feed(p);
+            }
+            for out in [whole.finish(), pieces.finish()] {
+                let q = out.stats.quality.unwrap();
+                assert_eq!((q.outlier_rows, q.high_rows), (3, 2), "{}", ty.name());
+            }
+        }
+    }
+
+    #[test]
     fn parallel_scans_equal_piecewise_ones_and_a_naive_count() {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(3)
