@@ -2,9 +2,9 @@
 //! groups hold only the zero level, and where the first reserved code is.
 //! AVX2 kernels count where the CPU has them (see `avx2.rs`), NEON kernels
 //! on aarch64 (`neon.rs`), a portable table-driven kernel elsewhere; all
-//! give exactly the same tally, and runs
-//! tallied apart (on different threads) and merged in order give exactly
-//! what one sequential tally of the same bytes gives.
+//! give exactly the same tally, and runs tallied apart (on different
+//! threads) and merged in order give exactly what one sequential tally of
+//! the same bytes gives.
 
 use crate::decode;
 use crate::format::PackedKind;
@@ -131,10 +131,10 @@ pub(super) fn nibble_counts(bytes: &[u8]) -> [u64; 16] {
 }
 
 /// The kernel for CPUs without AVX2 or NEON (on aarch64 built for the
-/// tests alone, which check NEON against it): per-byte (4-bit) or per-12-bit (3-bit)
-/// histograms in interleaved u32 tables, which break the store-to-load chain
-/// a single table suffers when one pattern repeats (the zero level, above
-/// all), then folded into code counts.
+/// tests alone, which check NEON against it): per-byte (4-bit) or
+/// per-12-bit (3-bit) histograms in interleaved u32 tables, which break the
+/// store-to-load chain a single table suffers when one pattern repeats (the
+/// zero level, above all), then folded into code counts.
 #[cfg(any(test, not(target_arch = "aarch64")))]
 pub(super) fn count_portable(ctx: &CodeCtx, units: &[u8]) -> Counted {
     let mut out = Counted {
