@@ -158,9 +158,7 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
             ui.end_row();
         });
     if t.aliases > 0 {
-        ui.label(
-            RichText::new(format!("{} aliases share their targets' memory", t.aliases)).weak(),
-        );
+        ui.label(RichText::new(crate::report::aliases_line(t.aliases)).weak());
     }
 }
 

@@ -269,6 +269,6 @@ fn print_summary(r: &Report) {
         t.bits_per_weight.map_or("-".into(), |b| format!("{b:.2}"))
     );
     if t.aliases > 0 {
-        println!("  ({} aliases share their target's memory)", t.aliases);
+        println!("  ({})", crate::report::aliases_line(t.aliases));
     }
 }

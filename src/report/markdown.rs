@@ -298,11 +298,7 @@ pub fn totals_md(t: &Totals, out: &mut String) {
     ]);
     table.render(out);
     if t.aliases > 0 {
-        let _ = writeln!(
-            out,
-            "{} aliases share their targets' memory (not counted).\n",
-            t.aliases
-        );
+        let _ = writeln!(out, "{} (not counted).\n", super::aliases_line(t.aliases));
     }
 }
 

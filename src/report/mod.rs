@@ -457,6 +457,16 @@ pub fn failure_report(path: &str, error: &OpenError) -> Report {
     }
 }
 
+/// The line under a totals table about aliases (tensors that name another
+/// tensor's bytes), in the singular or plural.
+pub fn aliases_line(n: u64) -> String {
+    if n == 1 {
+        "1 alias shares its target's memory".into()
+    } else {
+        format!("{n} aliases share their targets' memory")
+    }
+}
+
 /// Human-readable size, binary units.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -482,5 +492,11 @@ mod tests {
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+    }
+
+    #[test]
+    fn one_alias_is_singular() {
+        assert_eq!(aliases_line(1), "1 alias shares its target's memory");
+        assert_eq!(aliases_line(3), "3 aliases share their targets' memory");
     }
 }
