@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use bundlescope::audit::{self, Event, Failure, Severity};
 use bundlescope::report::markdown::audit_markdown;
-use bundlescope::report::{Report, ReportBuilder, failure_report, human_bytes};
+use bundlescope::report::{Report, ReportBuilder, aliases_line, failure_report, human_bytes};
 use bundlescope::util::text::{SHOWN_CHARS, shown};
 
 use super::common::progress_bar;
@@ -269,6 +269,6 @@ fn print_summary(r: &Report) {
         t.bits_per_weight.map_or("-".into(), |b| format!("{b:.2}"))
     );
     if t.aliases > 0 {
-        println!("  ({})", crate::report::aliases_line(t.aliases));
+        println!("  ({})", aliases_line(t.aliases));
     }
 }
