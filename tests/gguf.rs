@@ -281,6 +281,36 @@ fn checksums_beside_the_file_and_expect_are_verified() {
     std::fs::write(dir.join("SHA256SUMS"), format!("{good}  model.gguf\n")).unwrap();
     let r = audit_json(&file).json();
     assert_eq!(r["files"][0]["ok"], true, "{:#}", r["files"]);
+    // A hub's list names the repository's other variants too: those not
+    // downloaded are said (info), not errors; this file is still checked.
+    let other = "ab".repeat(32);
+    std::fs::write(
+        dir.join("SHA256SUMS"),
+        format!("{other}  model-Q8_0.gguf\n{good}  model.gguf\n"),
+    )
+    .unwrap();
+    let run = audit_json(&file);
+    let r = run.json();
+    assert_eq!(run.code, 0, "{r:#}");
+    assert_eq!(r["files"][0]["ok"], true, "{:#}", r["files"]);
+    let said = findings_of(&r, "checksums.file");
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0]["severity"], "info");
+    assert!(
+        said[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("model-Q8_0.gguf")
+    );
+    // A line that is not a hash is an error, not skipped.
+    std::fs::write(
+        dir.join("SHA256SUMS"),
+        format!("{good}  model.gguf\nsha256:{good}  model.gguf\n"),
+    )
+    .unwrap();
+    let run = audit_json(&file);
+    assert_eq!(run.code, 1);
+    assert_eq!(error_checks(&run.json()), ["checksums.file"]);
     let bad = format!("{}0", &good[..63]);
     std::fs::write(dir.join("SHA256SUMS"), format!("{bad} *model.gguf\n")).unwrap();
     let run = audit_json(&file);

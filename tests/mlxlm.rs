@@ -181,6 +181,58 @@ fn plain_safetensors_folders_and_files_open_and_hashes_are_verified() {
     let r = audit_json(&src);
     assert_eq!(r.code, 0);
     assert_eq!(r.json()["files"][0]["ok"], true);
+    fs::remove_file(src.join("SHA256SUMS")).unwrap();
+    // A list under any NAME.sha256 (`sha256sum * > all.sha256`): every
+    // line counts, so a wrong hash on its second line fails that shard.
+    let second = src.join("model-00002-of-00002.safetensors");
+    let sha2nd = hex(&sha2::Sha256::digest(fs::read(&second).unwrap()));
+    let mut wrong = sha2nd.clone().into_bytes();
+    wrong[0] = if wrong[0] == b'0' { b'1' } else { b'0' };
+    let wrong = String::from_utf8(wrong).unwrap();
+    let list = |second_hash: &str| {
+        format!(
+            "{sha}  model-00001-of-00002.safetensors\n{second_hash}  model-00002-of-00002.safetensors\n"
+        )
+    };
+    fs::write(src.join("all.sha256"), list(&sha2nd)).unwrap();
+    let r = audit_json(&src);
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.json()["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["ok"] == true),
+        "{}",
+        r.stdout
+    );
+    fs::write(src.join("all.sha256"), list(&wrong)).unwrap();
+    let r = audit_json(&src);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    let report = r.json();
+    let hits = findings_of(&report, "payload.sha256");
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert!(
+        hits[0]["message"].as_str().unwrap().contains(&wrong),
+        "{hits:?}"
+    );
+    // Two lists that disagree on a file: a finding naming both, whichever
+    // hash is right.
+    fs::write(src.join("all.sha256"), list(&sha2nd)).unwrap();
+    fs::write(
+        src.join("SHA256SUMS"),
+        format!("{wrong}  model-00002-of-00002.safetensors\n"),
+    )
+    .unwrap();
+    let r = audit_json(&src);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    let report = r.json();
+    let hits = findings_of(&report, "checksums.file");
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    let m = hits[0]["message"].as_str().unwrap();
+    assert!(m.contains("all.sha256 line 2") && m.contains(&wrong), "{m}");
+    fs::remove_file(src.join("all.sha256")).unwrap();
+    fs::remove_file(src.join("SHA256SUMS")).unwrap();
     // A malformed --expect is a usage error.
     let r = cli(&["audit", path, "--expect", "model.safetensors=zz"]);
     assert_eq!(r.code, 2);

@@ -58,7 +58,7 @@ fn parse_expect(s: &str) -> std::result::Result<(String, String), String> {
     let (file, hex) = s
         .rsplit_once('=')
         .ok_or_else(|| format!("{s:?}: expected FILE=HEX"))?;
-    if file.is_empty() || !bundlescope::format::mlxlm::checksums::is_sha256(hex) {
+    if file.is_empty() || !bundlescope::format::checksums::is_sha256(hex) {
         return Err(format!(
             "{s:?}: expected FILE=HEX with a file name and 64 hex digits"
         ));

@@ -2,6 +2,7 @@
 //! and the tensor index. Parsing never trusts a number before bounding it.
 
 pub mod audio8;
+pub mod checksums;
 pub mod gguf;
 pub mod gptq;
 pub mod json;
@@ -89,20 +90,25 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
-/// Reads a manifest with a size cap, without following a claimed length.
+/// Reads a small file (a manifest, a config, an index, a hash list) with a
+/// size cap, without following a claimed length.
 pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, OpenError> {
     let io = |source| OpenError::Io {
         path: path.to_path_buf(),
         source,
     };
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     // Same rule as payload files: the type is checked before the open and
     // the open cannot block, so a FIFO named manifest.json is refused.
-    let file = match payload::open_regular("manifest.json", path) {
+    let file = match payload::open_regular(&name, path) {
         Ok((file, _)) => file,
         Err(PayloadError::NotRegular { .. }) => {
             return Err(OpenError::NotABundle {
                 path: path.to_path_buf(),
-                reason: "manifest.json is not a regular file".into(),
+                reason: format!("{name} is not a regular file"),
             });
         }
         Err(PayloadError::Io { source, .. }) => return Err(io(source)),
@@ -113,7 +119,7 @@ pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, OpenError> {
     if bytes.len() as u64 > cap {
         return Err(OpenError::NotABundle {
             path: path.to_path_buf(),
-            reason: format!("manifest.json is larger than {} MiB", cap >> 20),
+            reason: format!("{name} is larger than {} MiB", cap >> 20),
         });
     }
     Ok(bytes)

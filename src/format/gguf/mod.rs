@@ -7,7 +7,6 @@ pub mod header;
 pub mod types;
 
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,7 +15,7 @@ use serde::Serialize;
 pub use header::{Header, Kv, Value};
 pub use types::GgmlType;
 
-use super::payload::{map_file, open_regular};
+use super::payload::map_file;
 use super::{
     Bundle, FormatKind, Layout, OpenError, PayloadFile, Precision, Provenance, TensorInfo,
     sha256_hex,
@@ -139,15 +138,17 @@ fn build(dir: PathBuf, names: Vec<String>) -> Bundle {
     let mut tensors = Vec::new();
     let mut metadata = None;
     let mut header_bytes = Vec::new();
-    let sums = expected_sums(&dir, &names);
-    for (i, name) in names.iter().enumerate() {
-        let path = dir.join(name);
+    for name in &names {
         files.push(PayloadFile {
             name: name.clone(),
-            path: path.clone(),
+            path: dir.join(name),
             expected_bytes: None,
-            expected_sha256: sums.get(i).cloned().flatten(),
+            expected_sha256: None,
         });
+    }
+    super::checksums::apply(&dir, &mut files, &mut findings);
+    for (i, name) in names.iter().enumerate() {
+        let path = dir.join(name);
         // A missing or unreadable part is reported by the pass (payload.file).
         let Ok(map) = map_file(name, &path) else {
             continue;
@@ -398,37 +399,6 @@ fn coverage(
             .offset(a),
         );
     }
-}
-
-/// Largest checksum file read.
-const MAX_SUMS_BYTES: u64 = 1 << 20;
-
-/// Expected SHA-256 of each file, from a `SHA256SUMS` (`HEX  NAME` lines)
-/// or a `NAME.sha256` beside it.
-fn expected_sums(dir: &Path, names: &[String]) -> Vec<Option<String>> {
-    let read = |p: &Path| -> Option<String> {
-        let (file, _) = open_regular("checksums", p).ok()?;
-        let mut s = String::new();
-        file.take(MAX_SUMS_BYTES).read_to_string(&mut s).ok()?;
-        Some(s)
-    };
-    let is_hex = |h: &str| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit());
-    let sums = read(&dir.join("SHA256SUMS")).unwrap_or_default();
-    names
-        .iter()
-        .map(|name| {
-            let from_sums = sums.lines().find_map(|l| {
-                let (h, n) = l.trim().split_once(char::is_whitespace)?;
-                let n = n.trim_start().trim_start_matches('*');
-                (n == name && is_hex(h)).then(|| h.to_ascii_lowercase())
-            });
-            from_sums.or_else(|| {
-                let s = read(&dir.join(format!("{name}.sha256")))?;
-                let h = s.split_whitespace().next()?;
-                is_hex(h).then(|| h.to_ascii_lowercase())
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -11,7 +11,6 @@
 //! audit pass. The per-module rules are in [`modules`], the hash lists in
 //! [`checksums`].
 
-pub mod checksums;
 pub mod modules;
 
 use std::collections::BTreeSet;
@@ -117,7 +116,7 @@ fn open_file(path: &Path) -> Bundle {
         expected_bytes: None,
         expected_sha256: None,
     }];
-    checksums::apply(&dir, &mut files, &mut findings);
+    super::checksums::apply(&dir, &mut files, &mut findings);
     let mut shards = Shards::default();
     shards.read(&files, &mut findings);
     Holders::new(&shards.tensors).report_twice(&files, &mut findings);
@@ -319,7 +318,7 @@ fn open_dir(dir: PathBuf) -> Result<Bundle, OpenError> {
             expected_sha256: None,
         })
         .collect();
-    checksums::apply(&dir, &mut files, &mut findings);
+    super::checksums::apply(&dir, &mut files, &mut findings);
     let mut shards = Shards::default();
     shards.read(&files, &mut findings);
     let holders = Holders::new(&shards.tensors);

@@ -1,7 +1,11 @@
-//! Hash lists a checkpoint folder may carry: `SHA256SUMS` (`sha256sum`'s
-//! output: `HEX  NAME` or `HEX *NAME` a line) and `NAME.sha256` files (the
-//! hex first). They give the payload files their expected SHA-256, which
-//! the audit pass verifies (`payload.sha256`).
+//! Hash lists a model folder may carry (MLX-LM and safetensors checkpoints,
+//! GGUF files): `SHA256SUMS` (`sha256sum`'s
+//! output: `HEX  NAME` or `HEX *NAME` a line) and `*.sha256` files: either
+//! `NAME.sha256` holding NAME's hash alone, or a list in `sha256sum`'s form
+//! under any name (`sha256sum * > all.sha256`), every line of it read.
+//! They give the payload files their expected SHA-256, which the audit pass
+//! verifies (`payload.sha256`); two lines that give one file different
+//! hashes are a finding, not a silent choice.
 
 use std::path::Path;
 
@@ -31,6 +35,8 @@ pub fn apply(dir: &Path, files: &mut [PayloadFile], findings: &mut Vec<Finding>)
         .filter(|n| n == SUMS || n.ends_with(".sha256"))
         .collect();
     lists.sort();
+    // Where each file's expected hash came from: list and line.
+    let mut given: std::collections::HashMap<String, (String, usize)> = Default::default();
     for list in lists {
         let path = dir.join(&list);
         let bytes = match read_capped(&path, MAX_BYTES) {
@@ -83,13 +89,34 @@ pub fn apply(dir: &Path, files: &mut [PayloadFile], findings: &mut Vec<Finding>)
                 findings.push(bad("a hash without a file name".into()));
                 continue;
             };
+            let hex = hex.to_ascii_lowercase();
             match files.iter_mut().find(|f| f.name == name) {
-                Some(f) => f.expected_sha256 = Some(hex.to_ascii_lowercase()),
+                Some(f) => match (&f.expected_sha256, given.get(name)) {
+                    (Some(before), Some((from, line))) if *before != hex => {
+                        findings.push(bad(format!(
+                            "gives {name} the SHA-256 {hex}, but {from} line {line} gives it {before}"
+                        )));
+                    }
+                    _ => {
+                        f.expected_sha256 = Some(hex);
+                        given.insert(name.to_string(), (list.clone(), n + 1));
+                    }
+                },
                 None if dir.join(name).exists() => {} // not a payload file: config, tokenizer…
-                None => findings.push(bad(format!("names {name}, which is not in the folder"))),
-            }
-            if single.is_some() {
-                break; // a NAME.sha256 file holds one hash
+                // A hub's list names every file of the repository, also
+                // those not downloaded (the other GGUF variants): said, not
+                // an error. A payload file missing is the format's finding.
+                None => findings.push(
+                    Finding::info(
+                        c::CHECKSUMS_FILE,
+                        format!(
+                            "{list} line {}: names {name}, which is not in the folder (not checked)",
+                            n + 1
+                        ),
+                    )
+                    .field(list.clone())
+                    .offset(at),
+                ),
             }
         }
     }
