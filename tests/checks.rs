@@ -912,6 +912,18 @@ fn mlx_cases() -> Vec<MlxCase> {
             })
         },
         MlxCase {
+            // A global scale the config does not ask for: mlx-lm builds
+            // the layer without one and refuses the tensor.
+            args: &["--mode", "nvfp4", "--global-scale"],
+            ..one("mlxlm.module", |k| {
+                k.edit_config(|c| {
+                    for key in ["quantization", "quantization_config"] {
+                        c[key][MX_SWITCH]["global_scale"] = json!(false);
+                    }
+                })
+            })
+        },
+        MlxCase {
             args: &["--mode", "mxfp8"],
             ..one("mlxlm.codes", |k| {
                 k.patch(&format!("{MX_DOWN}.weight"), |b| b[77] = 0x7f)

@@ -516,6 +516,15 @@ fn module(
     }
     // nvfp4's per-expert global scale.
     match (g, params.mode) {
+        (Some(g), QuantMode::Nvfp4) if !global_scale => {
+            findings.push(err(
+                &names[g],
+                format!(
+                    "{p}.global_scale exists, but {from} does not say global_scale: true: mlx-lm builds {p} without a global scale and refuses the extra tensor"
+                ),
+            ));
+            ok = false;
+        }
         (Some(g), QuantMode::Nvfp4) => {
             let gs = shape(&tensors[g]);
             let lead = &ws[..rank - 2];
