@@ -238,6 +238,42 @@ fn plain_safetensors_folders_and_files_open_and_hashes_are_verified() {
     assert_eq!(r.code, 2);
 }
 
+/// A Hugging Face repository that ships both layouts: a
+/// `consolidated.safetensors` beside the checkpoint is not part of it
+/// (mlx-lm loads model*.safetensors, Transformers follows the index), so it
+/// is said, not audited: the verdict and the tensor list are those without
+/// it. An unlisted model*.safetensors, which mlx-lm does load, stays an error.
+#[test]
+fn a_consolidated_file_beside_the_checkpoint_is_said_not_audited() {
+    let Some((k, src)) = Ckpt::with_source(&["--mode", "affine"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    for dir in [&k.dir, &src] {
+        let before = audit_json(dir).json();
+        let first = dir.join("model-00001-of-00002.safetensors");
+        fs::copy(&first, dir.join("consolidated.safetensors")).unwrap();
+        let run = audit_json(dir);
+        let after = run.json();
+        assert_eq!(run.code, 0, "{}: {after:#}", dir.display());
+        assert_eq!(after["tensors"], before["tensors"], "{}", dir.display());
+        assert_eq!(after["files"].as_array().unwrap().len(), 2);
+        let said = findings_of(&after, "mlxlm.shards");
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert_eq!(said[0]["severity"], "info");
+        assert_eq!(said[0]["field"], "consolidated.safetensors");
+        fs::rename(
+            dir.join("consolidated.safetensors"),
+            dir.join("model-extra.safetensors"),
+        )
+        .unwrap();
+        let run = audit_json(dir);
+        assert_eq!(run.code, 1, "{}", dir.display());
+        assert!(error_checks(&run.json()).contains(&"mlxlm.shards".to_string()));
+        fs::remove_file(dir.join("model-extra.safetensors")).unwrap();
+    }
+}
+
 /// `max / min` of the nonzero magnitudes of a module's BF16 (affine) or
 /// E8M0 (mxfp4) scales, read
 /// from the shard's bytes here.

@@ -262,6 +262,33 @@ fn open_dir(dir: PathBuf) -> Result<Bundle, OpenError> {
         });
     }
     let (weight_map, total_size) = index.unwrap_or_default();
+    // Files beside the checkpoint that no loader reads as part of it (a
+    // Mistral-style consolidated.safetensors, LoRA adapters): mlx-lm loads
+    // model*.safetensors and Transformers follows the index, so with an
+    // index or a model*.safetensors present, other names are said, not read.
+    let loaded = |n: &str| n.starts_with("model");
+    let on_disk = if weight_map.is_some() || on_disk.iter().any(|n| loaded(n)) {
+        let (kept, aside): (Vec<String>, Vec<String>) = on_disk.into_iter().partition(|n| {
+            loaded(n)
+                || weight_map
+                    .as_ref()
+                    .is_some_and(|m| m.iter().any(|(_, shard)| shard == n))
+        });
+        for name in aside {
+            findings.push(
+                Finding::info(
+                    c::MLXLM_SHARDS,
+                    format!(
+                        "{name} is in the folder but not part of the checkpoint: the index does not list it and its name is not model*.safetensors, so neither mlx-lm nor Transformers loads it; not audited"
+                    ),
+                )
+                .field(name),
+            );
+        }
+        kept
+    } else {
+        on_disk
+    };
 
     // Shards: the index's, then any other file on disk (reported).
     let mut names: Vec<String> = Vec::new();
