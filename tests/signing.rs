@@ -110,30 +110,52 @@ fn shards_serialization_verifies_and_names_the_changed_shard() {
     }));
 }
 
-/// (what, tampering, the one error check it must cause)
-type Tamper = (&'static str, fn(&Signed), &'static str);
+/// (what, tampering, the one error check it must cause). A tampering may
+/// return the trust flags to audit with in place of the signer's.
+type Tamper = (
+    &'static str,
+    fn(&Signed) -> Option<Vec<String>>,
+    fn(&Signed) -> &'static str,
+);
 
 fn tamperings() -> Vec<Tamper> {
     vec![
         (
             "a payload byte changed, the manifest's own hash updated",
-            |s| s.change_payload_byte(),
-            "oms.digest",
+            |s| {
+                s.change_payload_byte();
+                None
+            },
+            |_| "oms.digest",
         ),
         (
             "a file added",
-            |s| std::fs::write(s.dir.join("extra.txt"), "x").unwrap(),
-            "oms.unsigned",
+            |s| {
+                std::fs::write(s.dir.join("extra.txt"), "x").unwrap();
+                None
+            },
+            |_| "oms.unsigned",
         ),
         (
             "a file removed",
-            |s| std::fs::remove_file(s.dir.join("README.md")).unwrap(),
-            "oms.missing",
+            |s| {
+                std::fs::remove_file(s.dir.join("README.md")).unwrap();
+                None
+            },
+            |_| "oms.missing",
+        ),
+        (
+            "the wrong key (or a root that did not issue the certificate)",
+            |s| Some(s.wrong_trust()),
+            |s| s.wrong_trust_check(),
         ),
         (
             "an edited statement",
-            |s| s.edit_statement(),
-            "oms.signature",
+            |s| {
+                s.edit_statement();
+                None
+            },
+            |_| "oms.signature",
         ),
     ]
 }
@@ -143,11 +165,30 @@ fn each_tampering_fails_with_its_own_finding_and_the_tool_agrees() {
     if !oms::available() {
         return;
     }
-    for how in [How::Key("p256"), How::Certificate] {
+    // Signed once per method; each tampering works on a copy.
+    for how in [
+        How::Key("p256"),
+        How::Key("p384"),
+        How::Shards("p256", 65536),
+        How::Certificate,
+    ] {
+        let signed = oms::signed(how);
+        // The untouched copy verifies, for us and for the tool: what
+        // fails below fails for the tampering alone.
+        assert_verified(&signed.copy(), 3);
         for (what, tamper, check) in tamperings() {
-            let s = oms::signed(how);
-            tamper(&s);
-            let (code, r) = s.audit(&[]);
+            let s = signed.copy();
+            let trust = tamper(&s);
+            let check = check(&s);
+            let (code, r) = match &trust {
+                Some(t) => {
+                    let mut args = vec!["audit", s.dir.to_str().unwrap(), "--json"];
+                    args.extend(t.iter().map(String::as_str));
+                    let run = cli(&args);
+                    (run.code, run.json())
+                }
+                None => s.audit(&[]),
+            };
             assert_eq!(code, 1, "{how:?} {what}: {r:#}");
             let mut errs = errors(&r);
             errs.dedup();
@@ -160,15 +201,31 @@ fn each_tampering_fails_with_its_own_finding_and_the_tool_agrees() {
                 // tells the file is not what was signed.
                 assert_eq!(weights["ok"], true, "{how:?} {what}: {weights:#}");
                 assert_eq!(weights["as_signed"], false, "{how:?} {what}");
-            } else if check == "oms.signature" {
-                // Its digest matches a statement that no longer verifies.
-                assert!(weights["as_signed"].is_null(), "{how:?} {what}");
+            } else if check == "oms.certificate" {
+                // The envelope verifies with the bundle's own leaf, which
+                // no given root issued: the chain is what is not verified
+                // (as_signed follows signature_valid, as documented).
+                let sig = &r["signature"];
+                assert_eq!(sig["signature_valid"], true, "{how:?} {what}: {sig:#}");
+                assert_eq!(
+                    sig["not_verified"],
+                    serde_json::json!(["the certificate chain"])
+                );
+                assert_eq!(weights["as_signed"], true, "{how:?} {what}");
+            } else if check == "oms.signature" || check == "oms.key" {
+                // Its digest matches a statement that does not verify
+                // (or not with the key given): it vouches for nothing.
+                assert_ne!(r["signature"]["signature_valid"], true, "{how:?} {what}");
+                assert!(
+                    weights["as_signed"].is_null(),
+                    "{how:?} {what}: {weights:#}"
+                );
             } else {
                 // Another file was added or removed: this one is as signed.
                 assert_eq!(weights["as_signed"], true, "{how:?} {what}");
             }
             assert!(
-                !s.tool_accepts(),
+                !s.tool_accepts_with(trust.as_deref()),
                 "{how:?} {what}: the real tool accepts it"
             );
         }
@@ -921,5 +978,326 @@ fn the_upstream_test_vectors_verify_offline_and_the_tool_agrees() {
                 "{v}: model-signing accepts a changed file"
             );
         }
+    }
+}
+
+#[test]
+fn blake2b_and_blake3_signatures_verify_and_a_changed_byte_is_a_digest_finding() {
+    if !oms::available() {
+        return;
+    }
+    use oms::Hashing;
+    // (model-signing's options, how the report names the serialization)
+    let cases = [
+        (Hashing::files("blake2"), "files, blake2b"),
+        (
+            Hashing {
+                shard_size: Some(65536),
+                ..Hashing::files("blake2")
+            },
+            "shards of 65536 bytes, blake2b",
+        ),
+        (Hashing::files("blake3"), "files, blake3"),
+    ];
+    for (h, serialization) in cases {
+        let s = oms::signed(How::Hashing(h));
+        // What the tool wrote is what the case says.
+        let sig: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(s.dir.join("model.sig")).unwrap()).unwrap();
+        use base64::Engine as _;
+        let payload = base64::engine::general_purpose::STANDARD
+            .decode(sig["dsseEnvelope"]["payload"].as_str().unwrap())
+            .unwrap();
+        let st: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        let want = if h.algorithm == "blake2" {
+            "blake2b"
+        } else {
+            h.algorithm
+        };
+        assert_eq!(st["predicate"]["serialization"]["hash_type"], want, "{h:?}");
+
+        assert_verified(&s, 3);
+        let (_, r) = s.audit(&[]);
+        assert_eq!(r["signature"]["serialization"], serialization, "{h:?}");
+        let shards = h.shard_size.is_some();
+        // weights.bin (1045504 bytes) is 16 shards, manifest.json and README.md one each.
+        assert_eq!(r["signature"]["resources"], if shards { 18 } else { 3 });
+
+        s.change_payload_byte();
+        let (code, r) = s.audit(&[]);
+        assert_eq!(code, 1, "{h:?}: {r:#}");
+        assert_eq!(errors(&r), ["oms.digest"], "{h:?}: {r:#}");
+        assert_eq!(r["signature"]["verified"], false);
+        let digest = findings_of(&r, "oms.digest");
+        let named = if shards {
+            "weights.bin:0:65536"
+        } else {
+            "weights.bin"
+        };
+        assert!(
+            digest.iter().any(|f| f["severity"] == "error"
+                && f["message"].as_str().unwrap().starts_with(named)
+                && f["message"].as_str().unwrap().contains(want)),
+            "{h:?}: {digest:#?}"
+        );
+        // The manifest agrees with the changed bytes; the signature does not.
+        assert_eq!(r["files"][0]["ok"], true, "{h:?}");
+        assert_eq!(r["files"][0]["as_signed"], false, "{h:?}");
+        assert!(!s.tool_accepts(), "{h:?}: the real tool accepts it");
+    }
+}
+
+#[test]
+fn a_signature_outside_the_folder_verifies_with_signature_flag() {
+    if !oms::available() {
+        return;
+    }
+    let s = oms::signed(How::Key("p256"));
+    let outside = s.work.join("elsewhere.sig");
+    std::fs::rename(s.dir.join("model.sig"), &outside).unwrap();
+    let flag = ["--signature", outside.to_str().unwrap()];
+    let (code, r) = s.audit(&flag);
+    assert_eq!(code, 0, "{r:#}");
+    let sig = &r["signature"];
+    assert_eq!(sig["verified"], true, "{sig:#}");
+    assert_eq!(sig["files_checked"], 3, "{sig:#}");
+    assert!(
+        sig["file"].as_str().unwrap().ends_with("elsewhere.sig"),
+        "{sig:#}"
+    );
+    assert_eq!(r["files"][0]["as_signed"], true);
+    // Without the flag the folder is unsigned: the key has nothing to check.
+    let (code, r) = s.audit(&[]);
+    assert_eq!(code, 1, "{r:#}");
+    assert!(r["signature"].is_null(), "{r:#}");
+    // The outside signature still checks every digest in the folder.
+    s.change_payload_byte();
+    let (code, r) = s.audit(&flag);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(errors(&r), ["oms.digest"], "{r:#}");
+    assert_eq!(r["signature"]["verified"], false);
+}
+
+/// `audit DIR --signature MISSING`: (exit code, JSON report, the text
+/// report's stdout and stderr).
+fn audit_missing_signature(s: &Signed, missing: &str) -> (i32, serde_json::Value, String) {
+    let (code, r) = s.audit(&["--signature", missing]);
+    let mut args = vec!["audit", s.dir.to_str().unwrap(), "--signature", missing];
+    args.extend(s.trust.iter().map(String::as_str));
+    let run = cli(&args);
+    assert_eq!(run.code, code);
+    (code, r, format!("{}{}", run.stdout, run.stderr))
+}
+
+#[test]
+fn a_missing_signature_path_is_an_error_that_names_it() {
+    if !oms::available() {
+        return;
+    }
+    let s = oms::signed(How::Key("p256"));
+    let missing = s.work.join("no-such.sig");
+    let missing = missing.to_str().unwrap();
+    let (code, r, text) = audit_missing_signature(&s, missing);
+    assert_eq!(code, 1, "{r:#}");
+    assert_eq!(errors(&r), ["oms.bundle"], "{r:#}");
+    assert_ne!(r["signature"]["verified"], true, "{r:#}");
+    let hits = findings_of(&r, "oms.bundle");
+    assert!(
+        hits.iter()
+            .any(|f| f["severity"] == "error" && f["message"].as_str().unwrap().contains(missing)),
+        "{hits:#?}"
+    );
+    assert!(text.contains(missing), "{text}");
+}
+
+#[test]
+#[ignore = "the message for a missing --signature path calls it a \"payload file\" (\"the signature file X cannot be read: payload file no-such.sig is missing\")"]
+fn a_missing_signature_path_is_not_called_a_payload_file() {
+    if !oms::available() {
+        return;
+    }
+    let s = oms::signed(How::Key("p256"));
+    let missing = s.work.join("no-such.sig");
+    let (_, r, text) = audit_missing_signature(&s, missing.to_str().unwrap());
+    for f in findings_of(&r, "oms.bundle") {
+        let m = f["message"].as_str().unwrap();
+        assert!(m.contains("signature"), "{m}");
+        assert!(!m.contains("payload"), "{m}");
+    }
+    assert!(!text.contains("payload file"), "{text}");
+}
+
+/// Sets the bundle's `mediaType`.
+fn set_media_type(s: &Signed, media_type: &str) {
+    let p = s.dir.join("model.sig");
+    let mut b: serde_json::Value = serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+    b["mediaType"] = serde_json::Value::from(media_type);
+    std::fs::write(&p, serde_json::to_vec(&b).unwrap()).unwrap();
+}
+
+#[test]
+fn bundle_media_types_v0_1_to_v0_3_verify_and_another_is_refused() {
+    if !oms::available() {
+        return;
+    }
+    let signed = oms::signed(How::Key("p256"));
+    for version in ["0.1", "0.2", "0.3"] {
+        let s = signed.copy();
+        let media_type = format!("application/vnd.dev.sigstore.bundle+json;version={version}");
+        set_media_type(&s, &media_type);
+        let (code, r) = s.audit(&[]);
+        assert_eq!(code, 0, "{media_type}: {r:#}");
+        let sig = &r["signature"];
+        assert_eq!(sig["verified"], true, "{media_type}: {sig:#}");
+        assert_eq!(sig["media_type"], media_type.as_str());
+        assert_eq!(sig["files_checked"], 3);
+        assert!(errors(&r).is_empty(), "{r:#}");
+        // Still every digest checked.
+        s.change_payload_byte();
+        let (code, r) = s.audit(&[]);
+        assert_eq!(code, 1, "{media_type}");
+        assert_eq!(errors(&r), ["oms.digest"], "{media_type}: {r:#}");
+    }
+    // A version this reader does not know is a bundle error.
+    let s = signed.copy();
+    set_media_type(&s, "application/vnd.dev.sigstore.bundle+json;version=0.4");
+    let (code, r) = s.audit(&[]);
+    assert_eq!(code, 1);
+    assert_eq!(errors(&r), ["oms.bundle"], "{r:#}");
+    assert_eq!(findings_of(&r, "oms.bundle")[0]["field"], "mediaType");
+}
+
+/// Rewrites the signed v1.0 statement as model-signing 0.2 wrote it (the
+/// `Digests/v0.1` predicate: one subject per file, its SHA-256 in the
+/// subject's digest) and signs it again with the sample's key.
+fn to_digests_v0_1(s: &Signed) {
+    s.resign(|st| {
+        let subjects: Vec<serde_json::Value> = st["predicate"]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                assert_eq!(r["algorithm"], "sha256");
+                serde_json::json!({
+                    "name": r["name"],
+                    "digest": {"sha256": r["digest"]},
+                    "annotations": {"actual_hash_algorithm": "file-sha256"},
+                })
+            })
+            .collect();
+        *st = serde_json::json!({
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": subjects,
+            "predicateType": "https://model_signing/Digests/v0.1",
+            "predicate": {"unused": "Unused, just passed due to API requirements"},
+        });
+    });
+}
+
+#[test]
+fn the_pre_1_0_digests_predicate_verifies_and_is_labelled_read_for_compatibility() {
+    if !oms::available() {
+        return;
+    }
+    let signed = oms::signed(How::Key("p256"));
+    // Under the current bundle type, and under the v0.1 bundle type of its time.
+    for media_type in [
+        None,
+        Some("application/vnd.dev.sigstore.bundle+json;version=0.1"),
+    ] {
+        let s = signed.copy();
+        to_digests_v0_1(&s);
+        if let Some(m) = media_type {
+            set_media_type(&s, m);
+        }
+        let (code, r) = s.audit(&[]);
+        assert_eq!(code, 0, "{media_type:?}: {r:#}");
+        let sig = &r["signature"];
+        assert_eq!(sig["verified"], true, "{media_type:?}: {sig:#}");
+        assert_eq!(sig["files_checked"], 3, "{sig:#}");
+        assert_eq!(sig["resources"], 3, "{sig:#}");
+        assert_eq!(
+            sig["predicate_type"],
+            "https://model_signing/Digests/v0.1 (pre-1.0 format, read for compatibility)"
+        );
+        let said = findings_of(&r, "oms.statement");
+        assert!(
+            said.iter().any(|f| f["severity"] == "info"
+                && f["field"] == "predicateType"
+                && f["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("read for compatibility")),
+            "{media_type:?}: {said:#?}"
+        );
+        assert_eq!(r["files"][0]["as_signed"], true);
+        // Its digests are compared as the new predicate's are.
+        s.change_payload_byte();
+        let (code, r) = s.audit(&[]);
+        assert_eq!(code, 1, "{media_type:?}");
+        assert_eq!(errors(&r), ["oms.digest"], "{media_type:?}: {r:#}");
+        assert_eq!(r["files"][0]["as_signed"], false);
+    }
+}
+
+#[test]
+fn allow_symlinks_and_ignore_paths_verify_and_a_changed_link_target_is_a_digest_finding() {
+    if !oms::available() {
+        return;
+    }
+    use oms::Hashing;
+    // A link to a file outside the folder, signed through the link; a
+    // file and a folder the signature ignores.
+    let prepare = |tmp: &std::path::Path| {
+        std::fs::write(tmp.join("outside.txt"), "bytes outside the folder\n").unwrap();
+        std::os::unix::fs::symlink("../outside.txt", tmp.join("model/linked.txt")).unwrap();
+        std::fs::write(tmp.join("model/scratch.log"), "not signed\n").unwrap();
+        std::fs::create_dir(tmp.join("model/cache")).unwrap();
+        std::fs::write(tmp.join("model/cache/a.bin"), [1u8; 16]).unwrap();
+    };
+    for shard_size in [None, Some(65536)] {
+        let h = Hashing {
+            shard_size,
+            allow_symlinks: true,
+            ignore: &["scratch.log", "cache"],
+            ..Hashing::files("sha256")
+        };
+        let s = oms::signed_prepared(How::Hashing(h), prepare);
+        // README.md, linked.txt, manifest.json, weights.bin.
+        assert_verified(&s, 4);
+        let (_, r) = s.audit(&[]);
+        let sig = &r["signature"];
+        assert!(
+            sig["unsigned_files"].as_array().unwrap().is_empty(),
+            "{sig:#}"
+        );
+
+        // What the signature ignores may change.
+        std::fs::write(s.dir.join("scratch.log"), "changed, still not signed\n").unwrap();
+        std::fs::write(s.dir.join("cache/b.bin"), [2u8; 16]).unwrap();
+        let (code, r) = s.audit(&[]);
+        assert_eq!(code, 0, "{h:?}: {r:#}");
+        assert_eq!(r["signature"]["verified"], true);
+        assert!(s.tool_accepts(), "{h:?}: the tool rejects ignored changes");
+
+        // The link's target is what was signed (its length kept, so that
+        // by shards too only a digest can tell).
+        let target = s.dir.parent().unwrap().join("outside.txt");
+        std::fs::write(&target, "BYTES outside the folder\n").unwrap();
+        let (code, r) = s.audit(&[]);
+        assert_eq!(code, 1, "{h:?}: {r:#}");
+        assert_eq!(errors(&r), ["oms.digest"], "{h:?}: {r:#}");
+        assert_eq!(r["signature"]["verified"], false);
+        let digest = findings_of(&r, "oms.digest");
+        assert!(
+            digest
+                .iter()
+                .any(|f| f["message"].as_str().unwrap().starts_with("linked.txt")),
+            "{h:?}: {digest:#?}"
+        );
+        assert!(
+            !s.tool_accepts(),
+            "{h:?}: the tool accepts a changed target"
+        );
     }
 }

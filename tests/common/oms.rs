@@ -14,6 +14,14 @@ use super::{cli, python};
 /// fails in CI).
 pub fn oms(args: &[&str]) -> Option<std::process::Output> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("tests/oms/oms.py");
+    run_oms(&[script.as_os_str()], args)
+}
+
+/// Runs the project's Python with `.pydeps-oms` on its path: `first`, then
+/// `args`. None when model-signing is not installed.
+fn run_oms(first: &[&std::ffi::OsStr], args: &[&str]) -> Option<std::process::Output> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let deps = std::env::var("BUNDLESCOPE_OMS_DEPS")
         .map(PathBuf::from)
         .unwrap_or_else(|_| root.join(".pydeps-oms"));
@@ -22,12 +30,78 @@ pub fn oms(args: &[&str]) -> Option<std::process::Output> {
     }
     let (py, _) = python();
     let out = Command::new(py)
-        .arg(root.join("tests/oms/oms.py"))
+        .args(first)
         .args(args)
         .env("PYTHONPATH", &deps)
         .output()
         .ok()?;
     Some(out)
+}
+
+/// Signs (`sign DIR PRIV OPTS..`) or verifies (`verify DIR PUB OPTS..`,
+/// prints ok / FAIL) with the key method and the hashing options
+/// model-signing's `hashing.Config` takes, given as `hash=sha256|blake2|blake3`,
+/// `shard=SIZE`, `symlinks` (allow_symlinks) and `ignore=PATH` (repeatable;
+/// model.sig is always ignored). The verifier is given the same options: the
+/// tool's own guess from the signature (model-signing 1.1.1) fails on
+/// "blake2b" and on allow_symlinks.
+const HASHING_PY: &str = r#"
+import pathlib, sys
+import model_signing
+
+def config(opts):
+    alg, shard, links, ignore = "sha256", None, False, ["model.sig"]
+    for o in opts:
+        k, _, v = o.partition("=")
+        if k == "hash":
+            alg = v
+        elif k == "shard":
+            shard = int(v)
+        elif k == "symlinks":
+            links = True
+        elif k == "ignore":
+            ignore.append(v)
+        else:
+            raise SystemExit(f"unknown option {o}")
+    h = model_signing.hashing.Config().set_ignored_paths(paths=ignore)
+    # Config.hash() hands the serializer the Config's own allow_symlinks,
+    # whatever use_*_serialization was given: both are set.
+    h.set_allow_symlinks(links)
+    if shard:
+        h.use_shard_serialization(hashing_algorithm=alg, shard_size=shard, allow_symlinks=links)
+    else:
+        h.use_file_serialization(hashing_algorithm=alg, allow_symlinks=links)
+    return h
+
+cmd, d, key, *opts = sys.argv[1:]
+d = pathlib.Path(d)
+if cmd == "sign":
+    cfg = model_signing.signing.Config().use_elliptic_key_signer(private_key=key)
+    cfg.set_hashing_config(config(opts))
+    cfg.sign(d, d / "model.sig")
+elif cmd == "verify":
+    cfg = model_signing.verifying.Config().use_elliptic_key_verifier(public_key=key)
+    cfg.set_hashing_config(config(opts))
+    try:
+        cfg.verify(d, d / "model.sig")
+    except Exception as e:  # the tool's verdict, whatever raised it
+        print(f"FAIL {type(e).__name__}: {e}")
+        sys.exit(1)
+    print("ok")
+else:
+    raise SystemExit(f"unknown command {cmd}")
+"#;
+
+/// Runs [`HASHING_PY`] with `args`; the step must succeed.
+fn hashing_ok(args: &[&str]) {
+    let out =
+        run_oms(&["-c".as_ref(), HASHING_PY.as_ref()], args).expect("model-signing is installed");
+    assert!(
+        out.status.success(),
+        "hashing {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Like [`oms`], but the step must succeed.
@@ -58,6 +132,8 @@ pub struct Signed {
     /// The real tool's verify command for it (minus DIR).
     pub tool_verify: Vec<String>,
     pub work: PathBuf,
+    /// How it was signed.
+    pub how: How,
 }
 
 /// How a sample is signed.
@@ -68,11 +144,56 @@ pub enum How {
     Certificate,
     /// The certificate method under an RSA root (the leaf is ECDSA).
     CertificateRsa,
+    /// The key method (P-256) with these hashing options.
+    Hashing(Hashing),
+}
+
+/// model-signing's hashing options (`hashing.Config`).
+#[derive(Clone, Copy, Debug)]
+pub struct Hashing {
+    /// `hashing_algorithm`: sha256, blake2 (written "blake2b") or blake3.
+    pub algorithm: &'static str,
+    /// The shards serialization with this shard size (blake3 signs by
+    /// files whatever this says).
+    pub shard_size: Option<u64>,
+    /// `allow_symlinks`.
+    pub allow_symlinks: bool,
+    /// `ignore_paths`, besides model.sig.
+    pub ignore: &'static [&'static str],
+}
+
+impl Hashing {
+    /// `algorithm` by files, no symbolic links, nothing else ignored.
+    pub const fn files(algorithm: &'static str) -> Self {
+        Hashing {
+            algorithm,
+            shard_size: None,
+            allow_symlinks: false,
+            ignore: &[],
+        }
+    }
+
+    /// The options as [`HASHING_PY`] takes them.
+    fn args(&self) -> Vec<String> {
+        let mut a = vec![format!("hash={}", self.algorithm)];
+        a.extend(self.shard_size.map(|s| format!("shard={s}")));
+        if self.allow_symlinks {
+            a.push("symlinks".into());
+        }
+        a.extend(self.ignore.iter().map(|p| format!("ignore={p}")));
+        a
+    }
 }
 
 /// Writes a sample (plus a README.md, so a signed file can be removed
 /// without breaking the bundle) and signs it.
 pub fn signed(how: How) -> Signed {
+    signed_prepared(how, |_| {})
+}
+
+/// Like [`signed`], but `prepare` changes the folder (given the temporary
+/// folder that holds it) before it is signed.
+pub fn signed_prepared(how: How, prepare: impl FnOnce(&Path)) -> Signed {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("model");
     let work = tmp.path().join("keys");
@@ -80,19 +201,33 @@ pub fn signed(how: How) -> Signed {
     let run = cli(&["sample", dir.to_str().unwrap()]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     std::fs::write(dir.join("README.md"), "a model card\n").unwrap();
+    prepare(tmp.path());
     let d = dir.to_str().unwrap().to_string();
     let w = |n: &str| work.join(n).display().to_string();
     let (trust, tool_verify) = match how {
         How::Key(curve) | How::Shards(curve, _) => {
             oms_ok(&["keygen", curve, &w("k.pem"), &w("pub.pem")]);
+            let mut verify = vec!["verify-key".to_string(), d.clone(), w("pub.pem")];
             match how {
-                How::Shards(_, size) => oms_ok(&["sign-key", &d, &w("k.pem"), &size.to_string()]),
+                How::Shards(_, size) => {
+                    oms_ok(&["sign-key", &d, &w("k.pem"), &size.to_string()]);
+                    // The tool verifies shards only when told their size.
+                    verify.push(size.to_string());
+                }
                 _ => oms_ok(&["sign-key", &d, &w("k.pem")]),
             }
-            (
-                vec!["--key".to_string(), w("pub.pem")],
-                vec!["verify-key".to_string(), d.clone(), w("pub.pem")],
-            )
+            (vec!["--key".to_string(), w("pub.pem")], verify)
+        }
+        How::Hashing(h) => {
+            oms_ok(&["keygen", "p256", &w("k.pem"), &w("pub.pem")]);
+            let opts = h.args();
+            let k = w("k.pem");
+            let mut sign = vec!["sign", d.as_str(), k.as_str()];
+            sign.extend(opts.iter().map(String::as_str));
+            hashing_ok(&sign);
+            let mut verify = vec!["verify".to_string(), d.clone(), w("pub.pem")];
+            verify.extend(opts);
+            (vec!["--key".to_string(), w("pub.pem")], verify)
         }
         How::Certificate | How::CertificateRsa => {
             match how {
@@ -119,6 +254,26 @@ pub fn signed(how: How) -> Signed {
         trust,
         tool_verify,
         work,
+        how,
+    }
+}
+
+/// Copies the tree `from` into `to` (folders and plain files).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let ty = e.file_type().unwrap();
+        if ty.is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            assert!(
+                ty.is_file(),
+                "{}: copies plain files only",
+                e.path().display()
+            );
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
     }
 }
 
@@ -134,9 +289,77 @@ impl Signed {
 
     /// Whether the real tool accepts the folder as it is now.
     pub fn tool_accepts(&self) -> bool {
-        let args: Vec<&str> = self.tool_verify.iter().map(String::as_str).collect();
-        let out = oms(&args).expect("model-signing is installed");
+        self.tool_accepts_with(None)
+    }
+
+    /// The same, with another key or root (`--key PATH` or `--cert-root
+    /// PATH`, as audit takes it) in place of the signer's.
+    pub fn tool_accepts_with(&self, trust: Option<&[String]>) -> bool {
+        let mut args: Vec<&str> = self.tool_verify.iter().map(String::as_str).collect();
+        if let Some(t) = trust {
+            // verify-key / verify-cert / verify DIR KEY-OR-ROOT ..
+            assert_eq!(t.len(), 2, "{t:?}");
+            args[2] = t[1].as_str();
+        }
+        let out = match self.how {
+            How::Hashing(_) => run_oms(&["-c".as_ref(), HASHING_PY.as_ref()], &args),
+            _ => oms(&args),
+        }
+        .expect("model-signing is installed");
         String::from_utf8_lossy(&out.stdout).trim() == "ok"
+    }
+
+    /// A copy of the signed sample, its keys and its folder, in a fresh
+    /// temporary folder: one signing serves many tamperings.
+    pub fn copy(&self) -> Signed {
+        let tmp = tempfile::tempdir().unwrap();
+        let from = self._tmp.path();
+        copy_tree(from, tmp.path());
+        let (a, b) = (from.to_str().unwrap(), tmp.path().to_str().unwrap());
+        let moved = |v: &[String]| v.iter().map(|s| s.replace(a, b)).collect();
+        Signed {
+            dir: tmp.path().join(self.dir.strip_prefix(from).unwrap()),
+            work: tmp.path().join(self.work.strip_prefix(from).unwrap()),
+            trust: moved(&self.trust),
+            tool_verify: moved(&self.tool_verify),
+            how: self.how,
+            _tmp: tmp,
+        }
+    }
+
+    /// The error check that [`Signed::wrong_trust`] must give.
+    pub fn wrong_trust_check(&self) -> &'static str {
+        match self.how {
+            How::Certificate | How::CertificateRsa => "oms.certificate",
+            _ => "oms.key",
+        }
+    }
+
+    /// Trust flags that do not verify this signature: a new key on the
+    /// signer's curve (key method), or a root that did not issue the
+    /// signer's certificate.
+    pub fn wrong_trust(&self) -> Vec<String> {
+        let curve = match self.how {
+            How::Key(curve) | How::Shards(curve, _) => Some(curve),
+            How::Hashing(_) => Some("p256"),
+            How::Certificate | How::CertificateRsa => None,
+        };
+        match curve {
+            Some(curve) => {
+                let other = self.work.join("other.pem");
+                oms_ok(&[
+                    "keygen",
+                    curve,
+                    self.work.join("o.pem").to_str().unwrap(),
+                    other.to_str().unwrap(),
+                ]);
+                vec!["--key".into(), other.display().to_string()]
+            }
+            None => vec![
+                "--cert-root".into(),
+                self.work.join("pki/other_root.pem").display().to_string(),
+            ],
+        }
     }
 
     /// Changes the low mantissa bit of the first BF16 value of the payload
