@@ -238,6 +238,103 @@ fn plain_safetensors_folders_and_files_open_and_hashes_are_verified() {
     assert_eq!(r.code, 2);
 }
 
+/// The shapes fix only bits × group_size: a config saying bits 8, group 32
+/// over MLX's 4-bit, group-64 codes agrees with them arithmetically. The
+/// input width it implies (64) is none the checkpoint has, while 4 / 64
+/// gives the hidden size: a warning naming both. Checkpoints MLX wrote, in
+/// every mode and the mixed recipe, get none.
+#[test]
+fn a_config_whose_bits_and_group_fit_only_arithmetically_is_a_warning() {
+    let quant_config = |dir: &std::path::Path| -> Vec<String> {
+        let r = audit_json(dir).json();
+        findings_of(&r, "mlxlm.quant_config")
+            .iter()
+            .map(|f| format!("{} {}", f["severity"], f["message"]))
+            .collect()
+    };
+    for args in [
+        &["--mode", "affine"][..],
+        &["--mode", "affine", "--mixed"],
+        &["--mode", "mxfp4"],
+        &["--mode", "nvfp4"],
+        &["--mode", "mxfp8"],
+    ] {
+        let Some(k) = Ckpt::mlx(args) else {
+            require_or_skip("Python with MLX", false);
+            return;
+        };
+        assert_eq!(quant_config(&k.dir), Vec::<String>::new(), "{args:?}");
+    }
+    let k = Ckpt::mlx(&["--mode", "affine"]).unwrap();
+    k.edit_config(|c| {
+        for key in ["quantization", "quantization_config"] {
+            c[key]["bits"] = serde_json::json!(8);
+            c[key]["group_size"] = serde_json::json!(32);
+        }
+    });
+    let run = audit_json(&k.dir);
+    let said = quant_config(&k.dir);
+    assert_eq!(run.code, 0, "a warning: {said:?}");
+    let q = said
+        .iter()
+        .find(|m| m.contains("model.layers.0.self_attn.q_proj:"))
+        .unwrap_or_else(|| panic!("no warning for q_proj: {said:?}"));
+    assert!(q.starts_with("\"warning\""), "{q}");
+    assert!(
+        q.contains("bits 8, group_size 32") && q.contains("bits 4, group_size 64"),
+        "{q}"
+    );
+}
+
+/// MLX quantized modules with no quantization block to read them by: an
+/// error where config.json is there and says nothing (mlx-lm would build
+/// the layers dense), a warning for a folder without config.json or a
+/// lone shard; one finding each, naming the first module.
+#[test]
+fn packed_modules_without_a_quantization_block_are_said() {
+    let Some(k) = Ckpt::mlx(&["--mode", "affine"]) else {
+        require_or_skip("Python with MLX", false);
+        return;
+    };
+    let shard = k.shard_of("model.layers.0.self_attn.q_proj.weight");
+    let lone = audit_json(&shard);
+    let said = |run: &common::Run| -> Vec<(String, String)> {
+        findings_of(&run.json(), "mlxlm.config")
+            .iter()
+            .map(|f| {
+                (
+                    f["severity"].as_str().unwrap().to_string(),
+                    f["tensor"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    };
+    let first = said(&lone);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0].0, "warning");
+    assert!(first[0].1.ends_with(".weight"), "{first:?}");
+    assert_eq!(lone.code, 0);
+    k.edit_config(|c| {
+        let m = c.as_object_mut().unwrap();
+        m.remove("quantization");
+        m.remove("quantization_config");
+    });
+    let run = audit_json(&k.dir);
+    assert_eq!(run.json()["bundle"]["format"], "safetensors");
+    assert_eq!(
+        said(&run),
+        [("error".to_string(), "lm_head.weight".to_string())]
+    );
+    assert_eq!(run.code, 1);
+    fs::remove_file(k.dir.join("config.json")).unwrap();
+    let run = audit_json(&k.dir);
+    assert_eq!(
+        said(&run),
+        [("warning".to_string(), "lm_head.weight".to_string())]
+    );
+    assert_eq!(run.code, 0);
+}
+
 /// A Hugging Face repository that ships both layouts: a
 /// `consolidated.safetensors` beside the checkpoint is not part of it
 /// (mlx-lm loads model*.safetensors, Transformers follows the index), so it

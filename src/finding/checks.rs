@@ -158,7 +158,7 @@ checks! {
     GGUF_UNCOVERED = "gguf.uncovered": "every byte of the data section belongs to a tensor or to the alignment padding after one (warning)";
     GGUF_SCALE = "gguf.scale": "every block's F16 scale d (and m or dmin where the type has one; F32 d for Q8_K) is finite, and no MXFP4 E8M0 scale is 0xFF (NaN)";
     GGUF_FINITE = "gguf.finite": "every F32, F16 and BF16 value is finite";
-    MLXLM_CONFIG = "mlxlm.config": "config.json is a JSON object whose quantization block has integer group_size and bits, a known mode, and per-module entries that are objects or booleans";
+    MLXLM_CONFIG = "mlxlm.config": "config.json is a JSON object whose quantization block has integer group_size and bits, a known mode, and per-module entries that are objects or booleans; a folder whose tensors are MLX quantized modules has such a block";
     MLXLM_INDEX = "mlxlm.index": "model.safetensors.index.json is a JSON object whose weight_map maps tensor names to bare shard file names";
     MLXLM_SHARDS = "mlxlm.shards": "every shard the index names exists, and every .safetensors file in the folder is named by the index";
     MLXLM_WEIGHT_MAP = "mlxlm.weight_map": "every weight_map entry exists in the shard it names, and every shard tensor is in weight_map, in one shard only";

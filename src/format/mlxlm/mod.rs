@@ -121,6 +121,7 @@ fn open_file(path: &Path) -> Bundle {
     shards.read(&files, &mut findings);
     Holders::new(&shards.tensors).report_twice(&files, &mut findings);
     let mut tensors = shards.tensors;
+    modules::unannounced(&tensors, modules::NoBlock::LoneFile, &mut findings);
     modules::dense(&mut tensors, &[]);
     sort_by_name(&mut tensors);
     let mut extra = vec![("file".to_string(), name)];
@@ -367,7 +368,15 @@ fn open_dir(dir: PathBuf) -> Result<Bundle, OpenError> {
             let block = modules::parse_block(q, &mut findings);
             modules::quantized(&mut tensors, block.as_ref(), &mut findings)
         }
-        None => Vec::new(),
+        None => {
+            let missing = if config_path.exists() {
+                modules::NoBlock::Config
+            } else {
+                modules::NoBlock::NoConfig
+            };
+            modules::unannounced(&tensors, missing, &mut findings);
+            Vec::new()
+        }
     };
     modules::dense(&mut tensors, &members);
     sort_by_name(&mut tensors);

@@ -239,6 +239,13 @@ pub fn quantized(
 struct Index<'a> {
     map: foldhash::HashMap<&'a str, usize>,
     key: std::cell::RefCell<String>,
+    /// Widths the checkpoint shows apart from the quantized modules'
+    /// inputs: every dimension of a dense tensor, every module's output
+    /// rows, each with a tensor that has it. A module's input is one of
+    /// them in a model (the hidden size, an MLP's inner size, heads × head
+    /// dim), which tells bits 4 / group 64 from bits 8 / group 32 on the
+    /// same shapes.
+    widths: BTreeMap<u64, usize>,
 }
 
 impl Index<'_> {
@@ -258,13 +265,14 @@ fn resolve(
     block: Option<&Block>,
     findings: &mut Vec<Finding>,
 ) -> Vec<bool> {
-    let index = Index {
+    let mut index = Index {
         map: names
             .iter()
             .enumerate()
             .map(|(i, n)| (n.as_str(), i))
             .collect(),
         key: std::cell::RefCell::new(String::new()),
+        widths: BTreeMap::new(),
     };
     let mut members = vec![false; tensors.len()];
     let mut prefixes: Vec<&str> = names
@@ -305,6 +313,16 @@ fn resolve(
     for (i, msg) in orphans {
         members[i] = true;
         findings.push(Finding::error(c::MLXLM_MODULE, msg).tensor(names[i].clone()));
+    }
+    for (i, t) in tensors.iter().enumerate() {
+        let dims = shape(t);
+        if !members[i] {
+            for d in dims {
+                index.widths.entry(d).or_insert(i);
+            }
+        } else if names[i].ends_with(".weight") && dims.len() >= 2 {
+            index.widths.entry(dims[dims.len() - 2]).or_insert(i);
+        }
     }
     let Some(block) = block else {
         return members;
@@ -514,6 +532,43 @@ fn module(
         );
         return;
     }
+    if params.mode == QuantMode::Affine
+        && !index.widths.is_empty()
+        && !index.widths.contains_key(&cols)
+    {
+        // The shapes fix bits × group_size only: another pair that makes
+        // the input a width the checkpoint has is what the codes are.
+        let fits: Vec<(u64, u64, usize)> = [2u64, 3, 4, 5, 6, 8]
+            .iter()
+            .flat_map(|&b| [32u64, 64, 128].map(|g| (b, g)))
+            .filter(|&(b, g)| (b, g) != (bits, params.group) && words * 32 == groups * g * b)
+            .filter_map(|(b, g)| index.widths.get(&(groups * g)).map(|&t| (b, g, t)))
+            .collect();
+        // A warning: the widths are a model's usual wiring, not a rule.
+        if !fits.is_empty() {
+            let others = fits
+                .iter()
+                .map(|&(b, g, t)| {
+                    format!(
+                        "bits {b}, group_size {g} (input {}, as {} has)",
+                        groups * g,
+                        names[t]
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" or ");
+            findings.push(
+                Finding::warning(
+                    c::MLXLM_QUANT,
+                    format!(
+                        "{p}: {from} says bits {}, group_size {}, which makes its input {cols} wide, a width no other tensor of the checkpoint has; {others} fit the same shapes: the config probably does not describe these codes, and they are decoded as it says",
+                        params.bits, params.group,
+                    ),
+                )
+                .tensor(names[w].clone()),
+            );
+        }
+    }
     // nvfp4's per-expert global scale.
     match (g, params.mode) {
         (Some(g), QuantMode::Nvfp4) if !global_scale => {
@@ -606,6 +661,68 @@ fn module(
             }
         }
     }
+}
+
+/// Where the quantization block is missing: what there is instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoBlock {
+    /// A lone `.safetensors` file, opened without its folder.
+    LoneFile,
+    /// A folder with no config.json.
+    NoConfig,
+    /// A config.json with no MLX quantization block.
+    Config,
+}
+
+/// Tensors stored as MLX quantized modules (a U32 `weight` with `scales`
+/// beside it) where there is no quantization block to decode them: one
+/// finding for the checkpoint, naming the first; an error where the
+/// config is there and says nothing (mlx-lm builds the layers dense and
+/// refuses the packed shapes), a warning for a lone file or a folder
+/// without config.json (the block may be in a config not at hand).
+pub fn unannounced(tensors: &[TensorInfo], missing: NoBlock, findings: &mut Vec<Finding>) {
+    let u32_weights: std::collections::HashSet<&str> = tensors
+        .iter()
+        .filter(|t| dtype(t) == "U32")
+        .filter_map(|t| t.name.strip_suffix(".weight"))
+        .collect();
+    let mut found: Vec<&str> = tensors
+        .iter()
+        .filter_map(|t| t.name.strip_suffix(".scales"))
+        .filter(|p| u32_weights.contains(p))
+        .collect();
+    found.sort_unstable();
+    let Some(first) = found.first() else {
+        return;
+    };
+    let n = found.len();
+    let modules = if n == 1 {
+        format!("{first} is stored as an MLX quantized module")
+    } else {
+        format!("{n} modules ({first} first) are stored as MLX quantized modules")
+    };
+    let (finding, why): (fn(c::CheckId, String) -> Finding, &str) = match missing {
+        NoBlock::Config => (
+            |id, m| Finding::error(id, m),
+            "config.json has no MLX quantization block (quantization, or quantization_config without quant_method): mlx-lm builds these layers dense and refuses the packed shapes",
+        ),
+        NoBlock::NoConfig => (
+            |id, m| Finding::warning(id, m),
+            "the folder has no config.json to say their bits, group size and mode",
+        ),
+        NoBlock::LoneFile => (
+            |id, m| Finding::warning(id, m),
+            "a lone file carries no config.json to say their bits, group size and mode (open its folder)",
+        ),
+    };
+    findings.push(
+        finding(
+            c::MLXLM_CONFIG,
+            format!("{modules} (U32 weight with scales beside it), but {why}; their codes are listed as stored, not decoded"),
+        )
+        .tensor(format!("{first}.weight"))
+        .field("config.json"),
+    );
 }
 
 /// Gives every float tensor outside the quantized modules a dense layout
