@@ -203,15 +203,18 @@ fn each_tampering_fails_with_its_own_finding_and_the_tool_agrees() {
                 assert_eq!(weights["as_signed"], false, "{how:?} {what}");
             } else if check == "oms.certificate" {
                 // The envelope verifies with the bundle's own leaf, which
-                // no given root issued: the chain is what is not verified
-                // (as_signed follows signature_valid, as documented).
+                // no given root issued: the chain is what is not verified,
+                // and a signer nobody vouched for vouches for no file.
                 let sig = &r["signature"];
                 assert_eq!(sig["signature_valid"], true, "{how:?} {what}: {sig:#}");
                 assert_eq!(
                     sig["not_verified"],
                     serde_json::json!(["the certificate chain"])
                 );
-                assert_eq!(weights["as_signed"], true, "{how:?} {what}");
+                assert!(
+                    weights["as_signed"].is_null(),
+                    "{how:?} {what}: {weights:#}"
+                );
             } else if check == "oms.signature" || check == "oms.key" {
                 // Its digest matches a statement that does not verify
                 // (or not with the key given): it vouches for nothing.
@@ -379,6 +382,20 @@ fn no_key_is_a_warning_never_a_pass_and_unsigned_is_said() {
     assert_eq!(
         r["signature"]["unsigned_files"],
         serde_json::json!(["notes.txt"])
+    );
+    // Accepted, but the headline still says it.
+    let key = s.work.join("pub.pem");
+    let text = cli(&[
+        "audit",
+        s.dir.to_str().unwrap(),
+        "--ignore-unsigned",
+        "--key",
+        key.to_str().unwrap(),
+    ])
+    .stdout;
+    assert!(
+        text.contains("all digests match; 1 file in the folder is not signed"),
+        "{text}"
     );
 
     std::fs::remove_file(s.dir.join("model.sig")).unwrap();
@@ -1108,10 +1125,15 @@ fn a_missing_signature_path_is_an_error_that_names_it() {
         "{hits:#?}"
     );
     assert!(text.contains(missing), "{text}");
+    // Nothing was read: the headline does not call the folder signed.
+    assert!(
+        text.contains(&format!("signature NOT verified ({missing})")),
+        "{text}"
+    );
+    assert!(!text.contains("signature: signed"), "{text}");
 }
 
 #[test]
-#[ignore = "the message for a missing --signature path calls it a \"payload file\" (\"the signature file X cannot be read: payload file no-such.sig is missing\")"]
 fn a_missing_signature_path_is_not_called_a_payload_file() {
     if !oms::available() {
         return;
@@ -1300,4 +1322,69 @@ fn allow_symlinks_and_ignore_paths_verify_and_a_changed_link_target_is_a_digest_
             "{h:?}: the tool accepts a changed target"
         );
     }
+}
+
+/// A key-method bundle that carries the key whole (`publicKey.rawBytes`,
+/// its DER) instead of a hint names it by the same fingerprint a hint
+/// gives, the SHA-256 of the key's PEM file: with no key the warning says
+/// it, with the right key it verifies, and a wrong key is an `oms.key`
+/// error on `rawBytes` that names both fingerprints.
+#[test]
+fn a_bundle_that_carries_its_key_names_it_as_a_hint_would() {
+    use base64::Engine as _;
+    if !oms::available() {
+        return;
+    }
+    let s = oms::signed(How::Key("p256"));
+    let pem = std::fs::read_to_string(s.work.join("pub.pem")).unwrap();
+    let pem_sha = bundlescope::format::sha256_hex(pem.as_bytes());
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap();
+    let sig = s.dir.join("model.sig");
+    let mut b: serde_json::Value = serde_json::from_slice(&std::fs::read(&sig).unwrap()).unwrap();
+    let pk = &mut b["verificationMaterial"]["publicKey"];
+    assert_eq!(
+        pk["hint"],
+        pem_sha.as_str(),
+        "the tool's hint is the PEM's SHA-256"
+    );
+    *pk = serde_json::json!({
+        "rawBytes": base64::engine::general_purpose::STANDARD.encode(&der)
+    });
+    std::fs::write(&sig, serde_json::to_vec(&b).unwrap()).unwrap();
+
+    let run = cli(&["audit", s.dir.to_str().unwrap(), "--json"]);
+    let r = run.json();
+    assert_eq!(r["signature"]["key_hint"], pem_sha.as_str(), "{r:#}");
+    let w = findings_of(&r, "oms.key");
+    assert!(
+        w.iter().any(|f| f["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("carries the key itself, fingerprint {pem_sha}"))),
+        "{w:#?}"
+    );
+    let text = cli(&["audit", s.dir.to_str().unwrap()]).stdout;
+    assert!(
+        text.contains(&format!("key hint {}", &pem_sha[..16])),
+        "{text}"
+    );
+
+    let (code, r) = s.audit(&[]);
+    assert_eq!(code, 0, "{r:#}");
+    assert_eq!(r["signature"]["verified"], true);
+    assert_eq!(r["signature"]["key_fingerprint"], pem_sha.as_str());
+
+    let wrong = s.wrong_trust();
+    let mut args = vec!["audit", s.dir.to_str().unwrap(), "--json"];
+    args.extend(wrong.iter().map(String::as_str));
+    let run = cli(&args);
+    assert_eq!(run.code, 1);
+    let r = run.json();
+    assert_eq!(errors(&r), ["oms.key"], "{r:#}");
+    let e = findings_of(&r, "oms.key")[0];
+    assert_eq!(e["field"], "verificationMaterial.publicKey.rawBytes");
+    assert!(e["message"].as_str().unwrap().contains(&pem_sha), "{e:#}");
 }

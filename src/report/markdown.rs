@@ -463,10 +463,15 @@ fn signature_md(r: &Report, out: &mut String) {
         },
     );
     if let Some(v) = &s.key_fingerprint {
-        row("key fingerprint", code(v));
+        let against = match &s.key_hint {
+            Some(h) if h.eq_ignore_ascii_case(v) => " (the key the bundle names)",
+            Some(_) => " (**not** the key the bundle names)",
+            None => "",
+        };
+        row("key fingerprint", format!("{}{against}", code(v)));
     }
     if let Some(v) = &s.key_hint {
-        row("key hint in the bundle", code(v));
+        row("key the bundle names (hint or its own key)", code(v));
     }
     if let Some(v) = &s.certificate_subject {
         row("certificate subject", text(v));

@@ -87,7 +87,9 @@ pub struct FileRow {
     /// when one differs, a signed range is gone, bytes no shard covers are
     /// there, or the signature does not list the file (even when no key was
     /// given to check it); null when the file is unsigned, the digests were
-    /// not compared, or they matched a statement nobody checked (no key).
+    /// not compared, or they matched a statement nobody checked or vouched
+    /// for (no key, a wrong key, a chain no given root issued, a sigstore
+    /// chain or log entry not verified).
     #[serde(default)]
     pub as_signed: Option<bool>,
 }
@@ -342,7 +344,21 @@ impl ReportBuilder {
             .matched_files
             .binary_search_by(|f| f.as_str().cmp(file))
             .is_ok();
-        (sig.signature_valid == Some(true) && matched).then_some(true)
+        // A signature that verifies with a key or chain nobody vouched
+        // for (a leaf no given root issued, a sigstore chain without a
+        // trusted root) vouches for nothing either.
+        let untrusted = self.findings.iter().any(|f| {
+            f.severity != Severity::Info
+                && [
+                    checks::OMS_KEY,
+                    checks::OMS_CERTIFICATE,
+                    checks::OMS_SIGSTORE,
+                    checks::OMS_TLOG,
+                    checks::OMS_TIMESTAMP,
+                ]
+                .contains(&f.check)
+        });
+        (sig.signature_valid == Some(true) && matched && !untrusted).then_some(true)
     }
 
     /// Sets each file row's `as_signed` from the signature and its findings.

@@ -16,14 +16,19 @@ pub(super) fn key_method(
     verify_with: &dyn Fn(&PublicKey) -> Option<bool>,
     pre: &mut bool,
 ) -> bool {
+    // What the bundle names: its hint, else the fingerprint of the key it
+    // carries whole (the report's key_hint holds either).
+    let named_fp = c.report.key_hint.clone();
+    let naming = match (hint, &named_fp) {
+        (Some(h), _) => format!("the bundle's key hint is {h}"),
+        (None, Some(fp)) => format!("the bundle carries the key itself, fingerprint {fp}"),
+        (None, None) => "the bundle names no key".into(),
+    };
     if trust.keys.is_empty() {
         c.findings.push(
             Finding::warning(
                 checks::OMS_KEY,
-                format!(
-                    "signature not checked: no key given (the bundle's key hint is {}); pass --key PUB.pem",
-                    hint.unwrap_or("absent")
-                ),
+                format!("signature not checked: no key given ({naming}); pass --key PUB.pem"),
             )
             .field("verificationMaterial.publicKey"),
         );
@@ -44,15 +49,16 @@ pub(super) fn key_method(
             Finding::error(
                 checks::OMS_KEY,
                 format!(
-                    "the bundle names key {} but --key {file} is {} ({}); the signature was made with another key",
-                    hint.map(str::to_string)
-                        .or_else(|| raw.map(crate::format::sha256_hex))
-                        .unwrap_or_default(),
+                    "{naming}, but --key {file} is {} ({}); the signature was made with another key",
                     key.fingerprint(),
                     key.curve()
                 ),
             )
-            .field("verificationMaterial.publicKey.hint"),
+            .field(if hint.is_some() {
+                "verificationMaterial.publicKey.hint"
+            } else {
+                "verificationMaterial.publicKey.rawBytes"
+            }),
         );
         c.report.signature_valid = Some(false);
         c.report

@@ -57,8 +57,14 @@ fn read_small(path: &Path) -> Result<Vec<u8>, String> {
     let name = path
         .file_name()
         .map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let (f, _) = crate::format::payload::open_regular(&name, path)
-        .map_err(|e| crate::format::error_chain(&e))?;
+    use crate::format::payload::PayloadError;
+    // Said of the signature, key or root file itself, not as a payload file.
+    let (f, _) = crate::format::payload::open_regular(&name, path).map_err(|e| match e {
+        PayloadError::Missing { .. } => "no such file".to_string(),
+        PayloadError::NotRegular { kind, .. } => format!("it is {kind}, not a regular file"),
+        PayloadError::Io { op, source, .. } => format!("cannot {op} it: {source}"),
+        other => crate::format::error_chain(&other),
+    })?;
     let mut bytes = Vec::new();
     f.take(bundle::MAX_SIGNATURE_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -236,14 +242,16 @@ pub struct SignatureReport {
     /// `key`, `certificate` or `sigstore` (null when the bundle did not parse).
     pub method: Option<SigningMethod>,
     /// True only when the signature verified against a key or root the user
-    /// gave AND every signed digest matched AND no file is unsigned.
+    /// gave AND every signed digest matched AND no file is unsigned (or
+    /// `--ignore-unsigned` accepts those, which the headline still counts).
     pub verified: bool,
     /// Whether the DSSE signature itself verified (null: not checked).
     pub signature_valid: Option<bool>,
     /// Key method: hex SHA-256 of the verifying key's PEM (the OMS hint).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_fingerprint: Option<String>,
-    /// Key method: the hint the bundle carries.
+    /// Key method: the hint the bundle carries, or the fingerprint of the
+    /// key it carries whole (`rawBytes`), in the same form.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key_hint: Option<String>,
     /// Certificate method: the leaf's subject.
@@ -302,12 +310,27 @@ impl SignatureReport {
                     .map(|h| format!("key hint {}", head(h)))
             })
             .unwrap_or_else(|| "an unknown signer".into());
-        let method = self.method.map_or("unreadable", |m| m.name());
+        let Some(method) = self.method.map(SigningMethod::name) else {
+            // No bundle read or parsed: nothing says the folder is signed.
+            let what = if self.not_verified.is_empty() {
+                "see the oms.* findings".to_string()
+            } else {
+                self.not_verified.join("; ")
+            };
+            return format!("signature NOT verified ({}): {what}", self.file);
+        };
         if self.verified {
-            format!(
+            let mut line = format!(
                 "signed by {who} ({method}), {} files, all digests match",
                 self.files_checked
-            )
+            );
+            // Accepted with --ignore-unsigned: still said, never hidden.
+            match self.unsigned_files.len() {
+                0 => {}
+                1 => line.push_str("; 1 file in the folder is not signed"),
+                n => line.push_str(&format!("; {n} files in the folder are not signed")),
+            }
+            line
         } else if self.signature_valid == Some(false) {
             format!("signature INVALID ({method}, {who}): the signature does not verify")
         } else {
@@ -431,7 +454,13 @@ pub fn check_signature(file: &str, bytes: &[u8], trust: &Trust) -> Checked {
     match &b.material {
         Material::PublicKey { hint, raw } => {
             c.report.method = Some(SigningMethod::Key);
-            c.report.key_hint = hint.clone();
+            // A bundle that carries the key itself names it by the same
+            // fingerprint a hint would give (SHA-256 of its PEM).
+            c.report.key_hint = hint.clone().or_else(|| {
+                raw.as_deref()
+                    .and_then(|r| PublicKey::from_spki_der(&crypto::raw_key_der(r)).ok())
+                    .map(|k| k.fingerprint())
+            });
             anchored = methods::key_method(
                 &mut c,
                 &b,
