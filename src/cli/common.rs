@@ -41,8 +41,17 @@ pub fn resolve(bundle: &Bundle, name: &str) -> Result<usize> {
     Ok(bundle.resolve_alias(index)?)
 }
 
-/// The validated layout, or an error naming the tensor and what is wrong.
-pub fn layout_of(t: &TensorInfo) -> Result<Layout> {
+/// The validated layout, or an error naming the tensor and why it has
+/// none: a dtype bundlescope lists without decoding (a checkpoint's
+/// integer, BOOL, F8_E8M0, F4 or F6 tensor), or broken metadata.
+pub fn layout_of(bundle: &Bundle, t: &TensorInfo) -> Result<Layout> {
+    if let Some(dtype) = bundle.undecoded_dtype(t) {
+        bail!(
+            "tensor {} is {dtype}: bundlescope lists {dtype} tensors and checks their size, \
+             but does not decode their values",
+            t.name
+        );
+    }
     t.layout.ok_or_else(|| {
         anyhow!(
             "tensor {} has broken metadata (precision {:?}), so its bytes cannot be read; \

@@ -37,7 +37,7 @@ pub fn run(a: Args) -> Result<i32> {
     let bundle = open_bundle(&a.dir)?;
     let index = resolve(&bundle, &a.tensor)?;
     let t = bundle.tensor(index)?;
-    let layout = layout_of(t)?;
+    let layout = layout_of(&bundle, t)?;
     refuse_inside_bundle(&a.dir, &a.out)?;
     if let Layout::Fp4 { .. } = layout {
         let shape = super::nvfp4::export(&bundle, index, a.expert, |shape, body| {

@@ -1,5 +1,5 @@
 //! Dequantisation to f32: packed codes with their F16 scales, and dense
-//! BF16/F16/F32 values. Pure functions over borrowed bytes writing into a
+//! BF16/F16/F32/F64/F8 values (F8 exactly, F64 rounded to nearest). Pure functions over borrowed bytes writing into a
 //! caller's buffer, parallel over rows, no allocation per element.
 //!
 //! The value of packed element `(r, j)` is `scale[r][j/64] * (code[r][j] - z)`,
@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use super::halves_to_f32;
+use super::{f8_to_f32, f64s_to_f32, halves_to_f32};
 use crate::format::{DenseDtype, PackedKind};
 
 /// Codes per scale group in every audio8 packed tensor.
@@ -253,6 +253,18 @@ pub fn dense_to_f32(dtype: DenseDtype, bytes: &[u8], out: &mut [f32]) -> Result<
     Ok(())
 }
 
+/// The value of one dense element of `dtype` (its `dtype.size()`
+/// little-endian bytes; NaN when `unit` is shorter), as [`dense_to_f32`]
+/// converts it: for the odd value, where a slice's conversion would cost
+/// more than it saves.
+pub fn dense_value(dtype: DenseDtype, unit: &[u8]) -> f32 {
+    let mut v = [f32::NAN];
+    if let Some(unit) = unit.get(..dtype.size() as usize) {
+        dense_chunk(dtype, unit, &mut v);
+    }
+    v[0]
+}
+
 fn dense_chunk(dtype: DenseDtype, bytes: &[u8], out: &mut [f32]) {
     match dtype {
         DenseDtype::Bf16 => halves_to_f32(true, bytes, out),
@@ -262,6 +274,9 @@ fn dense_chunk(dtype: DenseDtype, bytes: &[u8], out: &mut [f32]) {
                 *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             }
         }
+        DenseDtype::F64 => f64s_to_f32(bytes, out),
+        DenseDtype::F8E4m3 => f8_to_f32(true, bytes, out),
+        DenseDtype::F8E5m2 => f8_to_f32(false, bytes, out),
     }
 }
 
@@ -389,5 +404,39 @@ mod tests {
             .collect();
         dense_to_f32(DenseDtype::Bf16, &bf16_bytes, &mut out).unwrap();
         assert_eq!(out[..3], src[..3]);
+        let f64_bytes: Vec<u8> = src
+            .iter()
+            .flat_map(|&v| f64::from(v).to_le_bytes())
+            .collect();
+        dense_to_f32(DenseDtype::F64, &f64_bytes, &mut out).unwrap();
+        assert_eq!(out.map(f32::to_bits), src.map(f32::to_bits));
+        // 1, -2.5, 2^-7, 448 (E4M3's largest), -0; E5M2: 1, -2.5, 2^-7, 57344, -0.
+        dense_to_f32(
+            DenseDtype::F8E4m3,
+            &[0x38, 0xc2, 0x04, 0x7e, 0x80],
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            out.map(f32::to_bits),
+            [1.0f32, -2.5, 0.0078125, 448.0, -0.0].map(f32::to_bits)
+        );
+        dense_to_f32(
+            DenseDtype::F8E5m2,
+            &[0x3c, 0xc1, 0x20, 0x7b, 0x80],
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            out.map(f32::to_bits),
+            [1.0f32, -2.5, 0.0078125, 57344.0, -0.0].map(f32::to_bits)
+        );
+        // A tensor larger than one parallel task keeps its order.
+        let bytes: Vec<u8> = (0..3 * DENSE_TASK).map(|i| (i % 0x7e) as u8).collect();
+        let mut many = vec![0f32; bytes.len()];
+        dense_to_f32(DenseDtype::F8E4m3, &bytes, &mut many).unwrap();
+        for (i, v) in many.iter().enumerate() {
+            assert_eq!(*v, crate::decode::nvfp4::e4m3((i % 0x7e) as u8), "{i}");
+        }
     }
 }

@@ -59,10 +59,14 @@ impl Round {
         }
     }
 
-    /// The dtype of affine scales.
+    /// The dtype of affine scales. Those are BF16, F16 or F32
+    /// ([`DenseDtype::parse`]); the wider and 8-bit dtypes never reach a
+    /// module and would leave values unrounded.
     pub fn of(dtype: DenseDtype) -> Self {
         match dtype {
-            DenseDtype::F32 => Round::F32,
+            DenseDtype::F32 | DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
+                Round::F32
+            }
             DenseDtype::F16 => Round::F16,
             DenseDtype::Bf16 => Round::Bf16,
         }
@@ -520,6 +524,10 @@ fn param(dtype: DenseDtype, bytes: &[u8], index: usize) -> f32 {
         DenseDtype::F16 => f16_to_f32(u16::from_le_bytes([bytes[2 * index], bytes[2 * index + 1]])),
         DenseDtype::Bf16 => {
             bf16_to_f32(u16::from_le_bytes([bytes[2 * index], bytes[2 * index + 1]]))
+        }
+        // Not affine scales dtypes (`DenseDtype::parse`); decoded all the same.
+        DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
+            super::dequant::dense_value(dtype, &bytes[dtype.size() as usize * index..])
         }
     }
 }

@@ -38,6 +38,73 @@ pub fn f32_to_bf16(v: f32) -> u16 {
     half::bf16::from_f32(v).to_bits()
 }
 
+/// The IEEE half holding an F8_E4M3 ("fn": bias 7, no infinities) byte's
+/// value exactly: every E4M3 value is a half (its normals `(1 + m/8) ·
+/// 2^(e−7)`, its subnormals `m · 2^−9`), and the NaN bytes 0x7F/0xFF give a
+/// quiet NaN half of their sign.
+pub const fn f8_e4m3_to_f16(b: u8) -> u16 {
+    let sign = ((b & 0x80) as u16) << 8;
+    let (e, m) = (((b >> 3) & 15) as u16, (b & 7) as u16);
+    if b & 0x7f == 0x7f {
+        return sign | 0x7e00;
+    }
+    if e > 0 {
+        // Rebias 7 → 15; the 3 mantissa bits are the half's top 3 of 10.
+        return sign | (e + 8) << 10 | m << 7;
+    }
+    if m == 0 {
+        return sign;
+    }
+    // Subnormal m · 2^−9: normalise at m's top bit p (0..=2).
+    let p = 15 - m.leading_zeros() as u16;
+    sign | (p + 6) << 10 | (m - (1 << p)) << (10 - p)
+}
+
+/// The IEEE half holding an F8_E5M2 byte's value: E5M2 is a half's top
+/// byte (bias 15, ±inf 0x7C/0xFC, NaN above), so the value is exact.
+#[inline]
+pub const fn f8_e5m2_to_f16(b: u8) -> u16 {
+    (b as u16) << 8
+}
+
+/// Every F8_E4M3 byte's value as half bits ([`f8_e4m3_to_f16`]).
+pub const F8_E4M3_AS_F16: [u16; 256] = {
+    let mut t = [0u16; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = f8_e4m3_to_f16(b as u8);
+        b += 1;
+    }
+    t
+};
+
+/// Converts 8-bit floats (`bytes`, one per value; E4M3 "fn" when `e4m3`,
+/// else E5M2) to f32 exactly, `out.len()` of them (or fewer when `bytes`
+/// is shorter). NaNs stay NaN, E5M2's infinities infinite.
+pub fn f8_to_f32(e4m3: bool, bytes: &[u8], out: &mut [f32]) {
+    let mut table = [0f32; 256];
+    for (b, v) in table.iter_mut().enumerate() {
+        let h = if e4m3 {
+            F8_E4M3_AS_F16[b]
+        } else {
+            f8_e5m2_to_f16(b as u8)
+        };
+        *v = f16_to_f32(h);
+    }
+    for (o, &b) in out.iter_mut().zip(bytes) {
+        *o = table[usize::from(b)];
+    }
+}
+
+/// Converts little-endian F64s (`bytes`, eight per value) to f32, rounding
+/// to nearest even as numpy's `astype(float32)` does (beyond f32's range to
+/// ±inf, NaN to NaN), `out.len()` of them (or fewer when `bytes` is shorter).
+pub fn f64s_to_f32(bytes: &[u8], out: &mut [f32]) {
+    for (o, b) in out.iter_mut().zip(bytes.as_chunks::<8>().0) {
+        *o = f64::from_le_bytes(*b) as f32;
+    }
+}
+
 /// Converts little-endian 16-bit floats (`bytes`, two per value) to f32,
 /// `out.len()` of them, through `half`'s vectorised slice conversion.
 /// Extra bytes are ignored; missing ones leave the tail of `out` untouched.
@@ -217,6 +284,91 @@ mod tests {
     /// Same value, or both NaN (NaN payloads are not something any check reads).
     fn same(a: f32, b: f32) -> bool {
         a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+    }
+
+    /// An F8 byte's value from the format's definition (sign, `exp` bits
+    /// of exponent with `bias`, the rest mantissa), in f64, independently
+    /// of the half-based tables.
+    fn f8_by_definition(b: u8, exp: u32, bias: i32, e4m3: bool) -> f64 {
+        let man_bits = 7 - exp;
+        let e = i32::from(b >> man_bits) & ((1 << exp) - 1);
+        let m = f64::from(b & ((1 << man_bits) - 1));
+        let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+        let top = (1 << exp) - 1;
+        if e4m3 && b & 0x7f == 0x7f {
+            return f64::NAN;
+        }
+        if !e4m3 && e == top {
+            return if m == 0.0 {
+                sign * f64::INFINITY
+            } else {
+                f64::NAN
+            };
+        }
+        let scale = f64::from(1u32 << man_bits);
+        if e == 0 {
+            sign * m / scale * 2f64.powi(1 - bias)
+        } else {
+            sign * (1.0 + m / scale) * 2f64.powi(e - bias)
+        }
+    }
+
+    #[test]
+    fn every_f8_byte_converts_exactly() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        for (e4m3, exp, bias) in [(true, 4, 7), (false, 5, 15)] {
+            let mut out = [0f32; 256];
+            f8_to_f32(e4m3, &bytes, &mut out);
+            for b in 0..=255u8 {
+                let want = f8_by_definition(b, exp, bias, e4m3);
+                let got = out[usize::from(b)];
+                if want.is_nan() {
+                    assert!(got.is_nan(), "{b:#04x}");
+                } else {
+                    assert_eq!(f64::from(got), want, "{b:#04x} (e4m3 {e4m3})");
+                    assert_eq!(got.is_sign_negative(), b & 0x80 != 0, "{b:#04x}");
+                }
+            }
+        }
+        // The E4M3 table agrees with the NVFP4 scale decoder, and only
+        // 0x7F/0xFF are NaN; E5M2 has infinities at 0x7C/0xFC.
+        for b in 0..=255u8 {
+            let h = f16_to_f32(F8_E4M3_AS_F16[usize::from(b)]);
+            assert!(same(h, nvfp4::e4m3(b)), "{b:#04x}");
+            assert_eq!(h.is_nan(), b & 0x7f == 0x7f, "{b:#04x}");
+        }
+        assert_eq!(f16_to_f32(F8_E4M3_AS_F16[0x7e]), 448.0);
+        assert_eq!(f16_to_f32(F8_E4M3_AS_F16[0x01]), 2f32.powi(-9));
+        assert_eq!(f16_to_f32(f8_e5m2_to_f16(0x7c)), f32::INFINITY);
+        assert_eq!(f16_to_f32(f8_e5m2_to_f16(0xfc)), f32::NEG_INFINITY);
+        assert_eq!(f16_to_f32(f8_e5m2_to_f16(0x7b)), 57344.0);
+    }
+
+    #[test]
+    fn f64_narrowing_rounds_to_nearest_even() {
+        let values = [
+            1.0 + 2f64.powi(-24),                  // a tie: to even, 1.0
+            1.0 + 3.0 * 2f64.powi(-24),            // a tie: to even, 1 + 2^-22
+            1.0 + 2f64.powi(-24) + 2f64.powi(-50), // just above a tie: up
+            1e-46,                                 // below f32's smallest subnormal
+            3e-45,                                 // a subnormal
+            f64::from(f32::MAX) * 1.5,             // overflow
+            -1e300,
+            f64::NAN,
+            f64::NEG_INFINITY,
+        ];
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut out = [0f32; 9];
+        f64s_to_f32(&bytes, &mut out);
+        assert_eq!(out[0], 1.0);
+        assert_eq!(out[1], 1.0 + 2f32.powi(-22));
+        assert_eq!(out[2], 1.0 + 2f32.powi(-23));
+        assert_eq!(out[3], 0.0);
+        assert_eq!(out[4], f32::from_bits(2));
+        assert_eq!(out[5], f32::INFINITY);
+        assert_eq!(out[6], f32::NEG_INFINITY);
+        assert!(out[7].is_nan());
+        assert_eq!(out[8], f32::NEG_INFINITY);
     }
 
     #[test]

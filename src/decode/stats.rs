@@ -124,7 +124,8 @@ pub struct ValueSummary {
     pub mean: f64,
     /// Standard deviation of the finite values.
     pub std: f64,
-    /// Linear bins from min to max (F32 values binned at bfloat16 precision).
+    /// Linear bins from min to max (F32 and F64 values binned at bfloat16
+    /// precision).
     pub bins: Vec<Bin>,
 }
 
@@ -529,6 +530,20 @@ impl Moments {
             return;
         }
         let v = f64::from(v);
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.sum += v;
+        self.sum_sq += v * v;
+    }
+
+    /// Adds one F64 value, at its own precision.
+    #[inline]
+    pub fn push_f64(&mut self, v: f64) {
+        self.count += 1;
+        if !v.is_finite() {
+            self.nonfinite += 1;
+            return;
+        }
         self.min = self.min.min(v);
         self.max = self.max.max(v);
         self.sum += v;

@@ -125,13 +125,15 @@ fn mlx_module(a: &Side, b: &Side, i: usize, j: usize, row: &TensorDiff) -> Optio
         _ => mlx_codes(ma.bits, ma.cols, ma.weight, mb.weight),
     };
     let ty = match ma.scale_dtype {
-        Some(DenseDtype::F16) => ScaleType::F16,
-        Some(DenseDtype::Bf16) => ScaleType::Bf16,
-        Some(DenseDtype::F32) => ScaleType::F32,
-        None if ma.mode == QuantMode::Nvfp4 => ScaleType::E4m3,
-        None => ScaleType::E8m0,
+        Some(DenseDtype::F16) => Some(ScaleType::F16),
+        Some(DenseDtype::Bf16) => Some(ScaleType::Bf16),
+        Some(DenseDtype::F32) => Some(ScaleType::F32),
+        // Affine scales are BF16, F16 or F32 (`DenseDtype::parse`).
+        Some(DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2) => None,
+        None if ma.mode == QuantMode::Nvfp4 => Some(ScaleType::E4m3),
+        None => Some(ScaleType::E8m0),
     };
-    out.scales = scale_ratios(ty, ma.scales, mb.scales);
+    out.scales = ty.and_then(|ty| scale_ratios(ty, ma.scales, mb.scales));
     if let Some(e) = weight_error(&Matrix::Mlx { module: ma }, &Matrix::Mlx { module: mb }) {
         out.weight_rel_err = e.rel_err;
         out.worst_row = Some(e.worst);

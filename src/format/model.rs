@@ -292,10 +292,21 @@ pub enum DenseDtype {
     F16,
     /// IEEE single, little-endian.
     F32,
+    /// IEEE double, little-endian (safetensors `F64`).
+    F64,
+    /// 8-bit float E4M3 "fn" (bias 7, no infinities, NaN 0x7F/0xFF):
+    /// safetensors `F8_E4M3`, PyTorch's `float8_e4m3fn`.
+    F8E4m3,
+    /// 8-bit float E5M2 (bias 15, IEEE-like: ±inf 0x7C/0xFC, NaN
+    /// 0x7D-0x7F/0xFD-0xFF): safetensors `F8_E5M2`, the top byte of an F16.
+    F8E5m2,
 }
 
 impl DenseDtype {
-    /// Parses the manifest's `source_dtype`.
+    /// Parses the manifest's `source_dtype`, or the dtype of MLX affine
+    /// scales and biases: BF16, F16 or F32 only (the dtypes those formats
+    /// allow there; [`DenseDtype::parse_safetensors`] takes every dtype
+    /// bundlescope decodes).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "BF16" => Some(DenseDtype::Bf16),
@@ -305,20 +316,37 @@ impl DenseDtype {
         }
     }
 
-    /// Bytes per element.
-    pub fn size(self) -> u64 {
-        match self {
-            DenseDtype::Bf16 | DenseDtype::F16 => 2,
-            DenseDtype::F32 => 4,
+    /// Parses a safetensors header dtype whose values bundlescope decodes:
+    /// [`DenseDtype::parse`]'s, plus F64, F8_E4M3 and F8_E5M2. The others
+    /// (integers, BOOL, F8_E8M0, F4, F6_*) are listed and size-checked only.
+    pub fn parse_safetensors(s: &str) -> Option<Self> {
+        match s {
+            "F64" => Some(DenseDtype::F64),
+            "F8_E4M3" => Some(DenseDtype::F8E4m3),
+            "F8_E5M2" => Some(DenseDtype::F8E5m2),
+            _ => Self::parse(s),
         }
     }
 
-    /// The manifest spelling.
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => 1,
+            DenseDtype::Bf16 | DenseDtype::F16 => 2,
+            DenseDtype::F32 => 4,
+            DenseDtype::F64 => 8,
+        }
+    }
+
+    /// The manifest (or safetensors header) spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             DenseDtype::Bf16 => "BF16",
             DenseDtype::F16 => "F16",
             DenseDtype::F32 => "F32",
+            DenseDtype::F64 => "F64",
+            DenseDtype::F8E4m3 => "F8_E4M3",
+            DenseDtype::F8E5m2 => "F8_E5M2",
         }
     }
 }
@@ -630,5 +658,28 @@ impl Bundle {
     /// Index of the tensor called `name`.
     pub fn find(&self, name: &str) -> Option<usize> {
         self.tensors.iter().position(|t| t.name == name)
+    }
+
+    /// The dtype of `t` when `t` has no layout only because bundlescope
+    /// lists and size-checks tensors of that dtype without decoding their
+    /// values (a safetensors or MLX-LM checkpoint's integer, BOOL,
+    /// F8_E8M0, F4 or F6 tensor), rather than because its metadata is
+    /// broken: its dtype is one safetensors defines, it is not an alias,
+    /// and no finding of the bundle names it.
+    pub fn undecoded_dtype<'t>(&self, t: &'t TensorInfo) -> Option<&'t str> {
+        if t.layout.is_some()
+            || t.alias_of.is_some()
+            || !matches!(self.format, FormatKind::Safetensors | FormatKind::MlxLm)
+        {
+            return None;
+        }
+        let dtype = t.source_dtype.as_deref()?;
+        let listed = super::safetensors::dtype_bits(dtype).is_some()
+            && DenseDtype::parse_safetensors(dtype).is_none();
+        let named = self
+            .findings
+            .iter()
+            .any(|f| f.tensor.as_deref() == Some(t.name.as_str()));
+        (listed && !named).then_some(dtype)
     }
 }

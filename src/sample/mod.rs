@@ -335,9 +335,28 @@ fn dense_bytes(seed: u64, dtype: DenseDtype, count: u64, center: f32, spread: f3
             DenseDtype::Bf16 => out.extend_from_slice(&f32_to_bf16(v).to_le_bytes()),
             DenseDtype::F16 => out.extend_from_slice(&f32_to_f16(v).to_le_bytes()),
             DenseDtype::F32 => out.extend_from_slice(&v.to_le_bytes()),
+            DenseDtype::F64 => out.extend_from_slice(&f64::from(v).to_le_bytes()),
+            DenseDtype::F8E4m3 => out.push(f8_nearest(true, v)),
+            DenseDtype::F8E5m2 => out.push(f8_nearest(false, v)),
         }
     }
     out
+}
+
+/// The finite F8 byte (E4M3 "fn" when `e4m3`, else E5M2) nearest `v`,
+/// ties to the even byte, saturating at the largest magnitude.
+fn f8_nearest(e4m3: bool, v: f32) -> u8 {
+    let bytes: Vec<u8> = (0..=255).collect();
+    let mut values = [0f32; 256];
+    decode::f8_to_f32(e4m3, &bytes, &mut values);
+    let mut best = (f32::INFINITY, 0u8);
+    for (b, x) in values.iter().enumerate() {
+        let err = (x - v).abs();
+        if x.is_finite() && (err < best.0 || (err == best.0 && b % 2 == 0)) {
+            best = (err, b as u8);
+        }
+    }
+    best.1
 }
 
 /// Writes a sample bundle into `dir` (created; must be empty or absent).

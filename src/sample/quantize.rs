@@ -58,6 +58,15 @@ fn values(dtype: DenseDtype, bytes: &[u8]) -> Vec<f32> {
             .iter()
             .map(|b| f16_to_f32(u16::from_le_bytes(*b)))
             .collect(),
+        DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
+            let size = dtype.size() as usize;
+            let mut out = vec![0f32; bytes.len() / size];
+            let whole = &bytes[..out.len() * size];
+            match decode::dequant::dense_to_f32(dtype, whole, &mut out) {
+                Ok(()) => out,
+                Err(_) => Vec::new(),
+            }
+        }
     }
 }
 

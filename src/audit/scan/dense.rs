@@ -1,7 +1,11 @@
-//! The scanner of dense F16, BF16 and F32 tensors: a 16-bit pattern
-//! histogram, exact moments, and the first non-finite value.
+//! The scanner of dense F16, BF16, F32, F64 and F8 (E4M3, E5M2) tensors:
+//! a 16-bit pattern histogram, exact moments, and the first non-finite
+//! value. An F8 byte is counted at the half that holds its value exactly,
+//! so F8 tensors are summarised as F16 ones are; F64 values are binned as
+//! F32's (at bfloat16 precision) and their moments kept at F64 precision.
 
 use super::Carry;
+use crate::decode::F8_E4M3_AS_F16;
 use crate::decode::stats::{self, Moments, Pattern16, TensorStats};
 use crate::finding::checks as c;
 use crate::finding::{CheckId, Finding};
@@ -20,11 +24,11 @@ struct DenseAcc {
     dtype: DenseDtype,
     pos: u64,
     hist: Vec<u32>,
-    /// The histogram's 256-cell blocks that hold counts, by high byte (F16, BF16).
+    /// The histogram's 256-cell blocks that hold counts, by high byte.
     touched: Box<[bool; 256]>,
     moments: Moments,
     first_bad: Option<u64>,
-    /// Values counted so far (F16, BF16).
+    /// Values counted so far (F16, BF16; F8 marks every block).
     values: u64,
     /// The tensor passed [`MARKED_VALUES`]: blocks are no longer marked, and
     /// those holding counts are found in the histogram itself.
@@ -76,7 +80,8 @@ impl Dense {
     }
 
     /// The 16-bit pattern histogram so far and its blocks that hold counts
-    /// (F16 and BF16; empty before the first value).
+    /// (empty before the first value; F16 patterns for F16 and F8, BF16
+    /// ones for BF16, and the top halves of F32 and F64-narrowed-to-F32).
     pub(super) fn patterns(&self) -> (&[u32], stats::Blocks) {
         (&self.acc.hist, self.acc.blocks())
     }
@@ -86,11 +91,8 @@ impl Dense {
         let mut acc = self.acc;
         acc.hist.resize(1 << 16, 0);
         acc.settle_blocks();
-        if self.dtype != DenseDtype::F32 {
-            let pattern = match self.dtype {
-                DenseDtype::F16 => Pattern16::F16,
-                _ => Pattern16::Bf16,
-            };
+        let pattern = pattern_of(self.dtype);
+        if !matches!(self.dtype, DenseDtype::F32 | DenseDtype::F64) {
             acc.moments = stats::moments_of_patterns(&acc.hist, acc.blocks(), pattern);
         }
         if let Some(at) = acc.first_bad {
@@ -109,12 +111,9 @@ impl Dense {
                 .offset(at),
             );
         }
-        let pattern = match self.dtype {
-            DenseDtype::F16 => Pattern16::F16,
-            _ => Pattern16::Bf16,
-        };
         TensorStats {
-            // F32 values are binned by their upper 16 bits, read as BF16.
+            // F32 values (and F64 ones narrowed to F32) are binned by their
+            // upper 16 bits, read as BF16.
             values: Some(stats::summarise_blocks(
                 &acc.hist,
                 acc.blocks(),
@@ -123,6 +122,14 @@ impl Dense {
             )),
             ..Default::default()
         }
+    }
+}
+
+/// How the pattern histogram of `dtype` is read.
+fn pattern_of(dtype: DenseDtype) -> Pattern16 {
+    match dtype {
+        DenseDtype::F16 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => Pattern16::F16,
+        DenseDtype::Bf16 | DenseDtype::F32 | DenseDtype::F64 => Pattern16::Bf16,
     }
 }
 
@@ -234,7 +241,62 @@ impl DenseAcc {
                     self.moments.push(v);
                 }
             }
+            DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => self.f8(units),
+            DenseDtype::F64 => {
+                for (i, s) in units.as_chunks::<8>().0.iter().enumerate() {
+                    let v = f64::from_le_bytes(*s);
+                    // Binned as the F32 it narrows to (F32's binning); the
+                    // moments and the finiteness are the F64's own.
+                    let x = (v as f32).to_bits();
+                    self.hist[(x >> 16) as usize] += 1;
+                    self.touched[(x >> 24) as usize] = true;
+                    if !v.is_finite() && self.first_bad.is_none() {
+                        self.first_bad = Some(self.start + self.pos + 8 * i as u64);
+                    }
+                    self.moments.push_f64(v);
+                }
+            }
         }
         self.pos += units.len() as u64;
+    }
+
+    /// F8 bytes: each counted at the F16 pattern holding its value (E5M2
+    /// is an F16's top byte; E4M3 goes through a table), so the moments
+    /// and bins come from the histogram as F16's do. E4M3 ("fn") is NaN at
+    /// 0x7F/0xFF and has no infinities; E5M2 is non-finite when its
+    /// exponent bits (0x7C) are all ones.
+    fn f8(&mut self, units: &[u8]) {
+        let Ok(hist) = <&mut [u32; 1 << 16]>::try_from(&mut self.hist[..]) else {
+            return;
+        };
+        let e4m3 = self.dtype == DenseDtype::F8E4m3;
+        let is_bad = |b: u8| {
+            if e4m3 {
+                b & 0x7f == 0x7f
+            } else {
+                b & 0x7c == 0x7c
+            }
+        };
+        for (k, block) in units.chunks(BLOCK).enumerate() {
+            let mut bad = false;
+            if e4m3 {
+                for &b in block {
+                    let h = F8_E4M3_AS_F16[usize::from(b)];
+                    hist[usize::from(h)] += 1;
+                    self.touched[usize::from(h >> 8)] = true;
+                    bad |= b & 0x7f == 0x7f;
+                }
+            } else {
+                for &b in block {
+                    hist[usize::from(b) << 8] += 1;
+                    self.touched[usize::from(b)] = true;
+                    bad |= b & 0x7c == 0x7c;
+                }
+            }
+            if bad && self.first_bad.is_none() {
+                let i = block.iter().position(|&b| is_bad(b)).unwrap_or(0);
+                self.first_bad = Some(self.start + self.pos + (k * BLOCK + i) as u64);
+            }
+        }
     }
 }

@@ -223,6 +223,9 @@ fn affine_reference(
                 let h = u16::from_le_bytes([v[0], v[1]]);
                 (half::bf16::from_bits(h).to_f32(), h & 0x7fff)
             }
+            DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
+                unreachable!("affine scales are BF16, F16 or F32")
+            }
         }
     };
     let key_value = |k: u16| match dtype {
@@ -291,6 +294,7 @@ fn affine_scales_equal_the_naive_reference() {
                     DenseDtype::Bf16 => {
                         bytes.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes())
                     }
+                    DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => unreachable!(),
                 }
             }
             let layout = Layout::MlxParams {

@@ -216,7 +216,15 @@ fn every_kernel_counts_alike() {
 #[test]
 fn dense_scans_equal_the_naive_reference() {
     let mut rng = Rng(0x0123_4567_89ab_cdef);
-    for dtype in [DenseDtype::F16, DenseDtype::Bf16, DenseDtype::F32] {
+    let dtypes = [
+        DenseDtype::F16,
+        DenseDtype::Bf16,
+        DenseDtype::F32,
+        DenseDtype::F64,
+        DenseDtype::F8E4m3,
+        DenseDtype::F8E5m2,
+    ];
+    for dtype in dtypes {
         // 70,001 values: past the count whose blocks are marked one by one.
         for values in [1usize, 511, 512, 513, 3001, 70_001] {
             let size = dtype.size() as usize;
@@ -227,6 +235,16 @@ fn dense_scans_equal_the_naive_reference() {
                     && rng.below(50) != 0
                 {
                     *top &= 0xbf;
+                }
+                // F64: mostly values within f32's range (an exponent field
+                // near the bias), some NaN and infinite.
+                if dtype == DenseDtype::F64 {
+                    let x = match rng.below(60) {
+                        0 => f64::NAN,
+                        1 => f64::NEG_INFINITY,
+                        _ => f64::from(f32::from_bits(rng.next() as u32 & 0xbfff_ffff)),
+                    };
+                    v.copy_from_slice(&x.to_le_bytes());
                 }
             }
             let layout = Layout::Dense {
@@ -242,6 +260,24 @@ fn dense_scans_equal_the_naive_reference() {
                     DenseDtype::F32 => {
                         let x = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
                         ((x >> 16) as u16, f32::from_bits(x))
+                    }
+                    DenseDtype::F64 => {
+                        let x = f64::from_le_bytes(v.try_into().unwrap());
+                        hist[((x as f32).to_bits() >> 16) as usize] += 1;
+                        moments.push_f64(x);
+                        if !x.is_finite() && first_bad.is_none() {
+                            first_bad = Some(START + (i * size) as u64);
+                        }
+                        continue;
+                    }
+                    // The F16 holding the value (every F8 value is one).
+                    DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
+                        let x = if dtype == DenseDtype::F8E4m3 {
+                            crate::decode::nvfp4::e4m3(v[0])
+                        } else {
+                            half::f16::from_bits(u16::from(v[0]) << 8).to_f32()
+                        };
+                        (half::f16::from_f32(x).to_bits(), x)
                     }
                     _ => {
                         let h = u16::from_le_bytes([v[0], v[1]]);
@@ -260,7 +296,7 @@ fn dense_scans_equal_the_naive_reference() {
                 }
             }
             let pattern = match dtype {
-                DenseDtype::F16 => Pattern16::F16,
+                DenseDtype::F16 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => Pattern16::F16,
                 _ => Pattern16::Bf16,
             };
             let want = TensorStats {

@@ -59,7 +59,7 @@ pub fn run(a: Args) -> Result<i32> {
 /// `--tensor NAME` on a tensor that is not a stacked NVFP4 weight.
 fn one(bundle: &Bundle, index: usize, json_out: bool) -> Result<i32> {
     let t = bundle.tensor(index)?;
-    layout_of(t)?;
+    layout_of(bundle, t)?;
     if let Some(Layout::Gguf { ty, .. }) = t.layout
         && !ty.decoded()
     {

@@ -726,14 +726,19 @@ pub fn unannounced(tensors: &[TensorInfo], missing: NoBlock, findings: &mut Vec<
 }
 
 /// Gives every float tensor outside the quantized modules a dense layout
-/// (its values are checked finite and histogrammed); other dtypes are
-/// listed without value checks.
+/// (its values are checked finite and histogrammed): F64, F32, F16, BF16,
+/// F8_E4M3 and F8_E5M2. Other dtypes (integers, BOOL, F8_E8M0, F4, F6_*)
+/// are listed and size-checked without value checks.
 pub fn dense(tensors: &mut [TensorInfo], members: &[bool]) {
     for (i, t) in tensors.iter_mut().enumerate() {
         if t.layout.is_some() || members.get(i).copied().unwrap_or(false) {
             continue;
         }
-        if let Some(dtype) = t.source_dtype.as_deref().and_then(DenseDtype::parse) {
+        if let Some(dtype) = t
+            .source_dtype
+            .as_deref()
+            .and_then(DenseDtype::parse_safetensors)
+        {
             t.layout = Some(Layout::Dense {
                 dtype,
                 count: t.parameters().unwrap_or(0),
