@@ -530,7 +530,12 @@ fn the_app_shows_f8_and_f64_values() {
     let clean = Clean::new();
     let mut e5m2 = clean.e5m2.clone();
     e5m2[10] = 0x7c;
-    clean.write(&dir.join("model.safetensors"), &clean.e4m3, &e5m2, &clean.f64);
+    clean.write(
+        &dir.join("model.safetensors"),
+        &clean.e4m3,
+        &e5m2,
+        &clean.f64,
+    );
     let mut g = Gui::new(GuiOptions {
         size: [1500.0, 1200.0],
         ..GuiOptions::default()
