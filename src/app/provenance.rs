@@ -160,6 +160,35 @@ pub(super) fn summary_ui(ui: &mut egui::Ui, s: &Session) {
     if t.aliases > 0 {
         ui.label(RichText::new(crate::report::aliases_line(t.aliases)).weak());
     }
+    ui.add_space(8.0);
+    ui.label(RichText::new("Stored by dtype").strong());
+    egui::Grid::new("totals-by-dtype")
+        .num_columns(4)
+        .striped(true)
+        .show(ui, |ui| {
+            for h in ["dtype", "tensors", "parameters", "bytes"] {
+                ui.label(RichText::new(h).weak());
+            }
+            ui.end_row();
+            for (name, v) in &t.by_dtype {
+                ui.label(RichText::new(name).monospace());
+                ui.label(v.tensors.to_string());
+                ui.label(count_text(v.parameters))
+                    .on_hover_text(format!("{} parameters", v.parameters));
+                ui.label(human_bytes(v.bytes));
+                ui.end_row();
+            }
+        });
+}
+
+/// A parameter count a person reads at a glance: 7.2 B, 350 M, 4.1 K.
+fn count_text(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.1} K", n as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} M", n as f64 / 1e6),
+        _ => format!("{:.2} B", n as f64 / 1e9),
+    }
 }
 
 /// A 64-digit hash shortened to fit a side panel: head…tail (hover shows all).

@@ -126,11 +126,7 @@ pub fn filter_id() -> Id {
 }
 
 fn dtype_text(t: &TensorInfo) -> String {
-    match (&t.source_dtype, t.precision.packed()) {
-        (Some(d), _) => d.clone(),
-        (None, Some(k)) => format!("u{}+F16", k.bits()),
-        _ => "—".into(),
-    }
+    crate::report::stored_dtype(t)
 }
 
 /// An MLX-LM module member's quantization, as the format layer noted it

@@ -271,4 +271,17 @@ fn print_summary(r: &Report) {
     if t.aliases > 0 {
         println!("  ({})", aliases_line(t.aliases));
     }
+    println!(
+        "\n  {:<10} {:>8} {:>14} {:>12}",
+        "dtype", "tensors", "parameters", "bytes"
+    );
+    for (d, v) in &t.by_dtype {
+        println!(
+            "  {:<10} {:>8} {:>14} {:>12}",
+            shown(d, 10),
+            v.tensors,
+            v.parameters,
+            human_bytes(v.bytes)
+        );
+    }
 }

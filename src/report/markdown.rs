@@ -300,6 +300,16 @@ pub fn totals_md(t: &Totals, out: &mut String) {
     if t.aliases > 0 {
         let _ = writeln!(out, "{} (not counted).\n", super::aliases_line(t.aliases));
     }
+    let mut table = Table::new(&["stored dtype", "tensors>", "parameters>", "bytes>"]);
+    for (name, v) in &t.by_dtype {
+        table.row(vec![
+            code(name),
+            v.tensors.to_string(),
+            v.parameters.to_string(),
+            human_bytes(v.bytes),
+        ]);
+    }
+    table.render(out);
 }
 
 /// The folder's last component, for a title.

@@ -126,6 +126,32 @@ pub struct Totals {
     pub bits_per_weight: Option<f64>,
     /// The same, per precision.
     pub by_precision: BTreeMap<String, PrecisionTotals>,
+    /// Tensors, parameters (each tensor's own elements: a scales tensor
+    /// counts its scales here, where `by_precision` counts it with its
+    /// module) and bytes per stored dtype ([`stored_dtype`]).
+    pub by_dtype: BTreeMap<String, DtypeTotals>,
+}
+
+/// Totals of one stored dtype.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct DtypeTotals {
+    /// Tensor records (aliases excluded).
+    pub tensors: u64,
+    /// Elements of those tensors (logical ones for packed codes).
+    pub parameters: u64,
+    /// Payload bytes.
+    pub bytes: u64,
+}
+
+/// The dtype a tensor is stored as, as the table shows it: the file's own
+/// name for it (`BF16`, `U32`, `Q4_K`), or `uB+F16` for an audio8 or
+/// NVFP4 packed record, or `—` when nothing says.
+pub fn stored_dtype(t: &TensorInfo) -> String {
+    match (&t.source_dtype, t.precision.packed()) {
+        (Some(d), _) => d.clone(),
+        (None, Some(k)) => format!("u{}+F16", k.bits()),
+        _ => "—".into(),
+    }
 }
 
 /// Totals of a bundle's index.
@@ -136,6 +162,10 @@ pub fn totals(tensors: &[TensorInfo]) -> Totals {
             t.aliases += 1;
             continue;
         }
+        let d = t.by_dtype.entry(stored_dtype(info)).or_default();
+        d.tensors += 1;
+        d.parameters = d.parameters.saturating_add(info.parameters().unwrap_or(0));
+        d.bytes = d.bytes.saturating_add(info.bytes.unwrap_or(0));
         let member = mlxlm::counted_as(info);
         let key = member.unwrap_or(info.precision.as_str());
         // Looked up before it is inserted: one String per precision, not per tensor.
