@@ -18,11 +18,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
-use common::{cli, error_checks, findings_of, oms, python, require_or_skip};
+use common::{cli, error_checks, findings_of, oms, require_or_skip};
 
 /// Sigstore's production TUF store inside the sigstore package.
 const PRODUCTION_STORE: &str = "sigstore/_store/https%3A%2F%2Ftuf-repo-cdn.sigstore.dev";
@@ -30,94 +29,13 @@ const PRODUCTION_STORE: &str = "sigstore/_store/https%3A%2F%2Ftuf-repo-cdn.sigst
 /// The sample's own files, which no vector signs.
 const SAMPLE_FILES: [&str; 2] = ["manifest.json", "weights.bin"];
 
-/// `cert SIG`: what the bundle's leaf certificate says (the identity from
-/// its subject alternative names, the issuer from Fulcio's OIDC issuer
-/// extension, v2 `1.3.6.1.4.1.57264.1.8` before v1 `.1.1`), its validity,
-/// and the log entries' integrated times, formatted as the report does.
-/// `verify STORE WORK DIR IDENTITY ISSUER`: model-signing's Sigstore
-/// verifier with the store's trusted root and signing config as its trust
-/// configuration (no network), prints ok / FAIL.
-const HELPER_PY: &str = r#"
-import base64, datetime, json, pathlib, sys
-
-def utc(t):
-    return t.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-cmd = sys.argv[1]
-if cmd == "cert":
-    from cryptography import x509
-    b = json.loads(pathlib.Path(sys.argv[2]).read_text())
-    der = base64.b64decode(b["verificationMaterial"]["certificate"]["rawBytes"])
-    c = x509.load_der_x509_certificate(der)
-    san = c.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    ids = san.get_values_for_type(x509.RFC822Name) + san.get_values_for_type(
-        x509.UniformResourceIdentifier
-    )
-
-    def ext(oid):
-        try:
-            return c.extensions.get_extension_for_oid(x509.ObjectIdentifier(oid)).value.value
-        except x509.ExtensionNotFound:
-            return None
-
-    v2 = ext("1.3.6.1.4.1.57264.1.8")
-    if v2 and v2[0] == 0x0C and v2[1] == len(v2) - 2:
-        issuer = v2[2:].decode()
-    else:
-        issuer = ext("1.3.6.1.4.1.57264.1.1").decode()
-    now = datetime.datetime.now(datetime.timezone.utc)
-    times = [
-        utc(datetime.datetime.fromtimestamp(int(e["integratedTime"]), datetime.timezone.utc))
-        for e in b["verificationMaterial"]["tlogEntries"]
-    ]
-    print(json.dumps({
-        "identities": ids,
-        "issuer": issuer,
-        "not_before": utc(c.not_valid_before_utc),
-        "not_after": utc(c.not_valid_after_utc),
-        "expired": c.not_valid_after_utc < now,
-        "integrated": times,
-    }))
-elif cmd == "verify":
-    import model_signing
-    store, work, d, identity, issuer = sys.argv[2:]
-    store, d = pathlib.Path(store), pathlib.Path(d)
-    config = {
-        "mediaType": "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json",
-        "trustedRoot": json.loads((store / "trusted_root.json").read_text()),
-        "signingConfig": json.loads((store / "signing_config.v0.2.json").read_text()),
-    }
-    tc = pathlib.Path(work) / "trust_config.json"
-    tc.write_text(json.dumps(config))
-    cfg = model_signing.verifying.Config().use_sigstore_verifier(
-        identity=identity, oidc_issuer=issuer, trust_config=tc
-    )
-    ignore = ["model.sig", "manifest.json", "weights.bin", "ignore-me"]
-    cfg.set_hashing_config(model_signing.hashing.Config().set_ignored_paths(paths=ignore))
-    try:
-        cfg.verify(d, d / "model.sig")
-    except Exception as e:
-        print(f"FAIL {type(e).__name__}: {e}")
-        sys.exit(1)
-    print("ok")
-else:
-    raise SystemExit(f"unknown command {cmd}")
-"#;
-
-/// Where model-signing and its dependencies are installed.
-fn deps() -> PathBuf {
-    std::env::var("BUNDLESCOPE_OMS_DEPS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join(".pydeps-oms"))
-}
-
 /// The production store (holding `trusted_root.json`), or None when
 /// model-signing or the root is not installed (a skip; in CI a failure).
 fn production_store() -> Option<PathBuf> {
     if !oms::available() {
         return None;
     }
-    let store = deps().join(PRODUCTION_STORE);
+    let store = oms::deps().join(PRODUCTION_STORE);
     require_or_skip(
         "Sigstore's production trusted root (.pydeps-oms/sigstore/_store/…/trusted_root.json, \
          shipped by the sigstore package model-signing depends on; scripts/install-mlx.sh)",
@@ -126,42 +44,31 @@ fn production_store() -> Option<PathBuf> {
     .then_some(store)
 }
 
-/// Runs [`HELPER_PY`] with the project's Python and `.pydeps-oms`.
-fn helper(args: &[&str]) -> std::process::Output {
-    let (py, _) = python();
-    Command::new(py)
-        .arg("-c")
-        .arg(HELPER_PY)
-        .args(args)
-        .env("PYTHONPATH", deps())
-        .output()
-        .expect("run the Python helper")
-}
-
 /// What the leaf certificate of `sig` says, read by Python's
 /// `cryptography` (not by bundlescope).
 fn certificate(sig: &Path) -> Value {
-    let out = helper(&["cert", sig.to_str().unwrap()]);
+    let out = oms::oms(&["leaf-facts", sig.to_str().unwrap()]).expect("model-signing is installed");
     assert!(
         out.status.success(),
         "cert {}: {}",
         sig.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("the helper prints JSON")
+    serde_json::from_slice(&out.stdout).expect("oms.py leaf-facts prints JSON")
 }
 
 /// model-signing's verdict on `dir` with the production root: "ok" or the
 /// reason it fails.
 fn tool_verdict(store: &Path, work: &Path, dir: &Path, identity: &str, issuer: &str) -> String {
-    let out = helper(&[
-        "verify",
+    let out = oms::oms(&[
+        "verify-sigstore",
         store.to_str().unwrap(),
         work.to_str().unwrap(),
         dir.to_str().unwrap(),
         identity,
         issuer,
-    ]);
+    ])
+    .expect("model-signing is installed");
     let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if text.is_empty() {
         String::from_utf8_lossy(&out.stderr).into_owned()

@@ -18,13 +18,17 @@ pub fn oms(args: &[&str]) -> Option<std::process::Output> {
     run_oms(&[script.as_os_str()], args)
 }
 
+/// Where model-signing and its dependencies are installed.
+pub fn deps() -> PathBuf {
+    std::env::var("BUNDLESCOPE_OMS_DEPS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join(".pydeps-oms"))
+}
+
 /// Runs the project's Python with `.pydeps-oms` on its path: `first`, then
 /// `args`. None when model-signing is not installed.
 fn run_oms(first: &[&std::ffi::OsStr], args: &[&str]) -> Option<std::process::Output> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let deps = std::env::var("BUNDLESCOPE_OMS_DEPS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join(".pydeps-oms"));
+    let deps = deps();
     if !deps.join("model_signing").is_dir() {
         return None;
     }
@@ -36,72 +40,6 @@ fn run_oms(first: &[&std::ffi::OsStr], args: &[&str]) -> Option<std::process::Ou
         .output()
         .ok()?;
     Some(out)
-}
-
-/// Signs (`sign DIR PRIV OPTS..`) or verifies (`verify DIR PUB OPTS..`,
-/// prints ok / FAIL) with the key method and the hashing options
-/// model-signing's `hashing.Config` takes, given as `hash=sha256|blake2|blake3`,
-/// `shard=SIZE`, `symlinks` (allow_symlinks) and `ignore=PATH` (repeatable;
-/// model.sig is always ignored). The verifier is given the same options: the
-/// tool's own guess from the signature (model-signing 1.1.1) fails on
-/// "blake2b" and on allow_symlinks.
-const HASHING_PY: &str = r#"
-import pathlib, sys
-import model_signing
-
-def config(opts):
-    alg, shard, links, ignore = "sha256", None, False, ["model.sig"]
-    for o in opts:
-        k, _, v = o.partition("=")
-        if k == "hash":
-            alg = v
-        elif k == "shard":
-            shard = int(v)
-        elif k == "symlinks":
-            links = True
-        elif k == "ignore":
-            ignore.append(v)
-        else:
-            raise SystemExit(f"unknown option {o}")
-    h = model_signing.hashing.Config().set_ignored_paths(paths=ignore)
-    # Config.hash() hands the serializer the Config's own allow_symlinks,
-    # whatever use_*_serialization was given: both are set.
-    h.set_allow_symlinks(links)
-    if shard:
-        h.use_shard_serialization(hashing_algorithm=alg, shard_size=shard, allow_symlinks=links)
-    else:
-        h.use_file_serialization(hashing_algorithm=alg, allow_symlinks=links)
-    return h
-
-cmd, d, key, *opts = sys.argv[1:]
-d = pathlib.Path(d)
-if cmd == "sign":
-    cfg = model_signing.signing.Config().use_elliptic_key_signer(private_key=key)
-    cfg.set_hashing_config(config(opts))
-    cfg.sign(d, d / "model.sig")
-elif cmd == "verify":
-    cfg = model_signing.verifying.Config().use_elliptic_key_verifier(public_key=key)
-    cfg.set_hashing_config(config(opts))
-    try:
-        cfg.verify(d, d / "model.sig")
-    except Exception as e:  # the tool's verdict, whatever raised it
-        print(f"FAIL {type(e).__name__}: {e}")
-        sys.exit(1)
-    print("ok")
-else:
-    raise SystemExit(f"unknown command {cmd}")
-"#;
-
-/// Runs [`HASHING_PY`] with `args`; the step must succeed.
-fn hashing_ok(args: &[&str]) {
-    let out =
-        run_oms(&["-c".as_ref(), HASHING_PY.as_ref()], args).expect("model-signing is installed");
-    assert!(
-        out.status.success(),
-        "hashing {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Like [`oms`], but the step must succeed.
@@ -173,7 +111,7 @@ impl Hashing {
         }
     }
 
-    /// The options as [`HASHING_PY`] takes them.
+    /// The options as oms.py's `sign-hashing` and `verify-hashing` take them.
     fn args(&self) -> Vec<String> {
         let mut a = vec![format!("hash={}", self.algorithm)];
         a.extend(self.shard_size.map(|s| format!("shard={s}")));
@@ -222,10 +160,10 @@ pub fn signed_prepared(how: How, prepare: impl FnOnce(&Path)) -> Signed {
             oms_ok(&["keygen", "p256", &w("k.pem"), &w("pub.pem")]);
             let opts = h.args();
             let k = w("k.pem");
-            let mut sign = vec!["sign", d.as_str(), k.as_str()];
+            let mut sign = vec!["sign-hashing", d.as_str(), k.as_str()];
             sign.extend(opts.iter().map(String::as_str));
-            hashing_ok(&sign);
-            let mut verify = vec!["verify".to_string(), d.clone(), w("pub.pem")];
+            oms_ok(&sign);
+            let mut verify = vec!["verify-hashing".to_string(), d.clone(), w("pub.pem")];
             verify.extend(opts);
             (vec!["--key".to_string(), w("pub.pem")], verify)
         }
@@ -297,15 +235,11 @@ impl Signed {
     pub fn tool_accepts_with(&self, trust: Option<&[String]>) -> bool {
         let mut args: Vec<&str> = self.tool_verify.iter().map(String::as_str).collect();
         if let Some(t) = trust {
-            // verify-key / verify-cert / verify DIR KEY-OR-ROOT ..
+            // verify-key / verify-cert / verify-hashing DIR KEY-OR-ROOT ..
             assert_eq!(t.len(), 2, "{t:?}");
             args[2] = t[1].as_str();
         }
-        let out = match self.how {
-            How::Hashing(_) => run_oms(&["-c".as_ref(), HASHING_PY.as_ref()], &args),
-            _ => oms(&args),
-        }
-        .expect("model-signing is installed");
+        let out = oms(&args).expect("model-signing is installed");
         String::from_utf8_lossy(&out.stdout).trim() == "ok"
     }
 

@@ -37,6 +37,25 @@ tests need with `cryptography` (which model-signing brings).
                                             chain at every signed time: ok / FAIL
     oms.py verify-key DIR PUB [SHARD_SIZE]  prints ok / the tool's error; exit 0 / 1
     oms.py verify-cert DIR ROOT..           same, certificate method
+    oms.py sign-hashing DIR PRIV OPT..      key method with the hashing options
+    oms.py verify-hashing DIR PUB OPT..     model-signing's hashing.Config takes:
+                                            hash=sha256|blake2|blake3, shard=SIZE,
+                                            symlinks (allow_symlinks), ignore=PATH
+                                            (repeatable; model.sig always ignored).
+                                            The verifier is given the same options:
+                                            the tool's own guess from the signature
+                                            (model-signing 1.1.1) fails on "blake2b"
+                                            and on allow_symlinks. verify: ok / FAIL
+    oms.py leaf-facts SIG                   what a Sigstore bundle's leaf certificate
+                                            says (identity from its SANs, issuer from
+                                            Fulcio's OIDC issuer extension, v2 .1.8
+                                            before v1 .1.1), its validity and the log
+                                            entries' integrated times, as JSON
+    oms.py verify-sigstore STORE WORK DIR IDENTITY ISSUER
+                                            model-signing's Sigstore verifier with
+                                            STORE's trusted root and signing config as
+                                            its trust configuration (no network), the
+                                            vectors' files only: ok / FAIL
 """
 
 import base64
@@ -83,6 +102,91 @@ def hashing(shard_size=None):
     if shard_size:
         h.use_shard_serialization(shard_size=int(shard_size))
     return h
+
+
+def hashing_options(opts):
+    """A hashing.Config from `sign-hashing` / `verify-hashing` options."""
+    alg, shard, links, ignore = "sha256", None, False, ["model.sig"]
+    for o in opts:
+        k, _, v = o.partition("=")
+        if k == "hash":
+            alg = v
+        elif k == "shard":
+            shard = int(v)
+        elif k == "symlinks":
+            links = True
+        elif k == "ignore":
+            ignore.append(v)
+        else:
+            raise SystemExit(f"unknown option {o}")
+    h = model_signing.hashing.Config().set_ignored_paths(paths=ignore)
+    # Config.hash() hands the serializer the Config's own allow_symlinks,
+    # whatever use_*_serialization was given: both are set.
+    h.set_allow_symlinks(links)
+    if shard:
+        h.use_shard_serialization(hashing_algorithm=alg, shard_size=shard, allow_symlinks=links)
+    else:
+        h.use_file_serialization(hashing_algorithm=alg, allow_symlinks=links)
+    return h
+
+
+def leaf_facts(sig):
+    """`leaf-facts`: the Sigstore bundle's leaf certificate, read with
+    cryptography (formatted as bundlescope's report formats times)."""
+
+    def utc(t):
+        return t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    b = json.loads(pathlib.Path(sig).read_text())
+    der = base64.b64decode(b["verificationMaterial"]["certificate"]["rawBytes"])
+    c = x509.load_der_x509_certificate(der)
+    san = c.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    ids = san.get_values_for_type(x509.RFC822Name) + san.get_values_for_type(
+        x509.UniformResourceIdentifier
+    )
+
+    def ext(oid):
+        try:
+            return c.extensions.get_extension_for_oid(x509.ObjectIdentifier(oid)).value.value
+        except x509.ExtensionNotFound:
+            return None
+
+    v2 = ext("1.3.6.1.4.1.57264.1.8")
+    if v2 and v2[0] == 0x0C and v2[1] == len(v2) - 2:
+        issuer = v2[2:].decode()
+    else:
+        issuer = ext("1.3.6.1.4.1.57264.1.1").decode()
+    now = datetime.datetime.now(datetime.timezone.utc)
+    times = [
+        utc(datetime.datetime.fromtimestamp(int(e["integratedTime"]), datetime.timezone.utc))
+        for e in b["verificationMaterial"]["tlogEntries"]
+    ]
+    return {
+        "identities": ids,
+        "issuer": issuer,
+        "not_before": utc(c.not_valid_before_utc),
+        "not_after": utc(c.not_valid_after_utc),
+        "expired": c.not_valid_after_utc < now,
+        "integrated": times,
+    }
+
+
+def verify_sigstore(store, work, d, identity, issuer):
+    """`verify-sigstore`: the tool's verdict on a vector's folder."""
+    store, d = pathlib.Path(store), pathlib.Path(d)
+    config = {
+        "mediaType": "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json",
+        "trustedRoot": json.loads((store / "trusted_root.json").read_text()),
+        "signingConfig": json.loads((store / "signing_config.v0.2.json").read_text()),
+    }
+    tc = pathlib.Path(work) / "trust_config.json"
+    tc.write_text(json.dumps(config))
+    cfg = model_signing.verifying.Config().use_sigstore_verifier(
+        identity=identity, oidc_issuer=issuer, trust_config=tc
+    )
+    ignore = ["model.sig", "manifest.json", "weights.bin", "ignore-me"]
+    cfg.set_hashing_config(model_signing.hashing.Config().set_ignored_paths(paths=ignore))
+    cfg.verify(d, d / "model.sig")
 
 
 def cert(subject, key, issuer, issuer_key, ca, extra=(), days=30):
@@ -553,6 +657,26 @@ def main(argv):
             print(f"FAIL {type(e).__name__}: {e}")
             return 1
         print("ok")
+    elif cmd == "sign-hashing":
+        d = pathlib.Path(argv[1])
+        cfg = model_signing.signing.Config().use_elliptic_key_signer(private_key=argv[2])
+        cfg.set_hashing_config(hashing_options(argv[3:]))
+        cfg.sign(d, d / "model.sig")
+    elif cmd in ("verify-hashing", "verify-sigstore"):
+        try:
+            if cmd == "verify-hashing":
+                d = pathlib.Path(argv[1])
+                cfg = model_signing.verifying.Config().use_elliptic_key_verifier(public_key=argv[2])
+                cfg.set_hashing_config(hashing_options(argv[3:]))
+                cfg.verify(d, d / "model.sig")
+            else:
+                verify_sigstore(*argv[1:6])
+        except Exception as e:  # the tool's verdict, whatever raised it
+            print(f"FAIL {type(e).__name__}: {e}")
+            return 1
+        print("ok")
+    elif cmd == "leaf-facts":
+        print(json.dumps(leaf_facts(argv[1])))
     else:
         print(__doc__)
         return 2
