@@ -1,11 +1,15 @@
 """MLX-LM checkpoints written by MLX itself, for bundlescope's tests.
 
     write OUT --mode M [--bits B] [--group G] [--mixed] [--global-scale] [--shards N] [--source SRC]
+              [--dtype bfloat16|float16|float32]
         A small Llama-style model with one stacked MoE layer (switch_mlp),
         quantized with mx.quantize and saved with mx.save_safetensors, with
         config.json (quantization and quantization_config blocks, per-module
         entries with --mixed) and model.safetensors.index.json, as mlx-lm's
-        save_model writes them. --source also saves the BF16 model unquantized.
+        save_model writes them. --source also saves the model unquantized.
+        --dtype: the model's float type (bfloat16 by default; many
+        mlx-community models are float16), which affine scales and biases
+        and the dense tensors take.
         --global-scale (nvfp4): the stacked switch_mlp modules are quantized
         expert by expert with a global scale each (max |W_e|), stored as
         `global_scale` [E] F32 with a `global_scale: true` entry.
@@ -31,21 +35,21 @@ import numpy as np
 H, I, V, E = 128, 256, 256, 4
 
 
-def model(seed):
+def model(seed, dtype=mx.bfloat16):
     mx.random.seed(seed)
     w = {}
 
     def lin(name, out, inp, experts=None):
         shape = (out, inp) if experts is None else (experts, out, inp)
-        w[name] = (mx.random.normal(shape) * (inp ** -0.5)).astype(mx.bfloat16)
+        w[name] = (mx.random.normal(shape) * (inp ** -0.5)).astype(dtype)
 
-    w["model.embed_tokens.weight"] = (mx.random.normal((V, H)) * 0.02).astype(mx.bfloat16)
+    w["model.embed_tokens.weight"] = (mx.random.normal((V, H)) * 0.02).astype(dtype)
     for layer in range(2):
         p = f"model.layers.{layer}"
         for proj in ["q_proj", "k_proj", "v_proj", "o_proj"]:
             lin(f"{p}.self_attn.{proj}", H, H)
-        w[f"{p}.input_layernorm.weight"] = mx.ones((H,), dtype=mx.bfloat16)
-        w[f"{p}.post_attention_layernorm.weight"] = mx.ones((H,), dtype=mx.bfloat16)
+        w[f"{p}.input_layernorm.weight"] = mx.ones((H,), dtype=dtype)
+        w[f"{p}.post_attention_layernorm.weight"] = mx.ones((H,), dtype=dtype)
         if layer == 0:
             lin(f"{p}.mlp.gate_proj", I, H)
             lin(f"{p}.mlp.up_proj", I, H)
@@ -55,7 +59,7 @@ def model(seed):
             lin(f"{p}.mlp.switch_mlp.gate_proj", I, H, E)
             lin(f"{p}.mlp.switch_mlp.up_proj", I, H, E)
             lin(f"{p}.mlp.switch_mlp.down_proj", H, I, E)
-    w["model.norm.weight"] = mx.ones((H,), dtype=mx.bfloat16)
+    w["model.norm.weight"] = mx.ones((H,), dtype=dtype)
     lin("lm_head", V, H)
     return {k if k.endswith(".weight") else k + ".weight": v for k, v in w.items()}
 
@@ -99,12 +103,13 @@ def write(args):
     bits = int(opts.get("--bits", defaults[0]))
     group = int(opts.get("--group", defaults[1]))
     shards = int(opts.get("--shards", 2))
-    weights = model(int(opts.get("--seed", 3)))
+    dtype = opts.get("--dtype", "bfloat16")
+    weights = model(int(opts.get("--seed", 3)), getattr(mx, dtype))
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": H, "intermediate_size": I, "num_hidden_layers": 2,
         "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": V,
-        "num_local_experts": E,
+        "num_local_experts": E, "torch_dtype": dtype,
     }
     quant = {"group_size": group, "bits": bits, "mode": mode}
     tensors = {}

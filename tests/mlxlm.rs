@@ -49,6 +49,12 @@ fn mlx_written_checkpoints_audit_valid_and_export_and_counts_match_mlx() {
         &["--mode", "nvfp4"],
         &["--mode", "mxfp8"],
         &["--mixed"],
+        // float16 and float32 models (scales, biases and dense tensors in
+        // that type), as many mlx-community checkpoints are.
+        &["--mode", "affine", "--dtype", "float16"],
+        &["--mode", "affine", "--bits", "5", "--dtype", "float32"],
+        &["--mode", "nvfp4", "--dtype", "float16"],
+        &["--mode", "mxfp8", "--dtype", "float32"],
     ];
     for args in modes {
         let Some(k) = Ckpt::mlx(args) else {
@@ -60,6 +66,18 @@ fn mlx_written_checkpoints_audit_valid_and_export_and_counts_match_mlx() {
         assert_eq!(run.code, 0, "{args:?}: {report:#}");
         assert_eq!(report["bundle"]["format"], "mlx-lm");
         assert_eq!(report["files"].as_array().unwrap().len(), 2);
+        let want = match args.iter().position(|a| *a == "--dtype") {
+            Some(i) if args[i + 1] == "float16" => "F16",
+            Some(_) => "F32",
+            None => "BF16",
+        };
+        let norm = report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "model.norm.weight")
+            .unwrap();
+        assert_eq!(norm["source_dtype"], want, "{args:?}");
         let tmp = tempfile::tempdir().unwrap();
         for name in TENSORS {
             let ours = tmp.path().join("ours.npy");
