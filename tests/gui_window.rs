@@ -430,6 +430,46 @@ fn the_last_tab_theme_and_recent_list_survive_a_restart() {
     assert_eq!(fresh.theme(), ThemePreference::System);
 }
 
+/// A key picked for a signed folder is remembered across a restart: the
+/// app restored from what the last one saved verifies the folder with it,
+/// without being given the key again; a fresh store verifies nothing.
+#[test]
+fn a_key_picked_for_a_folder_survives_a_restart() {
+    use bundlescope::app::signing::TrustFile;
+    if !common::oms::available() {
+        return;
+    }
+    let s = common::oms::signed(common::oms::How::Key("p256"));
+    let mut g = gui();
+    g.open(&s.dir);
+    assert!(g.shows("signature not checked: no key given"));
+    g.send(Command::SetSigningFile(
+        TrustFile::Key,
+        s.work.join("pub.pem"),
+    ));
+    g.harness.step();
+    g.finish();
+    assert!(g.shows("3 files, all digests match"), "not verified");
+    let mut storage = Memory::default();
+    eframe::App::save(g.app(), &mut storage);
+
+    let mut again = App::new(None);
+    again.restore(&storage);
+    let mut h = Gui::with_app(again);
+    h.open(&s.dir);
+    assert!(
+        h.shows("3 files, all digests match"),
+        "the key was forgotten"
+    );
+
+    let mut fresh = App::new(None);
+    fresh.restore(&Memory::default());
+    let mut h = Gui::with_app(fresh);
+    h.open(&s.dir);
+    assert!(h.shows("signature not checked: no key given"));
+    assert!(!h.shows("all digests match"));
+}
+
 /// The chart menus on screen, by label.
 fn png_menus(g: &Gui) -> Vec<String> {
     g.harness

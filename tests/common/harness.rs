@@ -68,6 +68,18 @@ impl Gui {
         }
     }
 
+    /// A default window around `app` (one built and restored by the test,
+    /// as `run` does after a restart); no cache.
+    pub fn with_app(app: App) -> Self {
+        let harness = Harness::builder()
+            .with_size(GuiOptions::default().size)
+            .build_ui_state(|ui, app: &mut App| app.ui(ui), app);
+        Self {
+            harness,
+            _cache: None,
+        }
+    }
+
     pub fn app(&mut self) -> &mut App {
         self.harness.state_mut()
     }
