@@ -924,6 +924,27 @@ fn mlx_cases() -> Vec<MlxCase> {
             })
         },
         MlxCase {
+            // Biases on a float-mode module (mxfp4 has none): a dense
+            // tensor of the checkpoint renamed to be them.
+            args: &["--mode", "mxfp4"],
+            ..one("mlxlm.module", |k| {
+                let (from, to) = (
+                    "model.layers.0.input_layernorm.weight",
+                    format!("{MX_DOWN}.biases"),
+                );
+                let shard = k.shard_of(from);
+                k.edit_header(&shard, |h| {
+                    let v = h.remove(from).unwrap();
+                    h.insert(to.clone(), v);
+                });
+                k.edit_index(|i| {
+                    let m = i["weight_map"].as_object_mut().unwrap();
+                    let v = m.remove(from).unwrap();
+                    m.insert(to.clone(), v);
+                });
+            })
+        },
+        MlxCase {
             args: &["--mode", "mxfp8"],
             ..one("mlxlm.codes", |k| {
                 k.patch(&format!("{MX_DOWN}.weight"), |b| b[77] = 0x7f)
