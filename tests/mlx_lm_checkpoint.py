@@ -158,8 +158,9 @@ def load(directory, name):
     return mx.load(str(Path(directory) / index["weight_map"][name]))
 
 
-def dequant(args):
-    directory, name, out = args
+def dequantized(directory, name):
+    """mx.dequantize of the module whose weight is `name`, with the bits,
+    group, mode and (nvfp4) global scales its config and tensors give."""
     module = name[: -len(".weight")]
     bits, group, mode = params(directory, module)
     shard = load(directory, name)
@@ -169,24 +170,22 @@ def dequant(args):
     if module + ".global_scale" in index["weight_map"]:
         # MLX takes the global scale as a scalar: one expert at a time.
         gs = load(directory, module + ".global_scale")[module + ".global_scale"]
-        w = mx.stack([
+        return mx.stack([
             mx.dequantize(shard[name][e], scales[e], None, group_size=group, bits=bits, mode=mode,
                           global_scale=gs[e])
             for e in range(gs.shape[0])
         ])
-    else:
-        w = mx.dequantize(shard[name], scales, biases, group_size=group, bits=bits, mode=mode)
-    np.save(out, np.array(w.astype(mx.float32)))
+    return mx.dequantize(shard[name], scales, biases, group_size=group, bits=bits, mode=mode)
+
+
+def dequant(args):
+    directory, name, out = args
+    np.save(out, np.array(dequantized(directory, name).astype(mx.float32)))
 
 
 def quality(args):
     directory, source, name = args
-    module = name[: -len(".weight")]
-    bits, group, mode = params(directory, module)
-    biases = load(directory, module + ".biases")[module + ".biases"] if mode == "affine" else None
-    scales = load(directory, module + ".scales")[module + ".scales"]
-    wq = mx.dequantize(load(directory, name)[name], scales, biases, group_size=group, bits=bits, mode=mode)
-    wq = np.array(wq.astype(mx.float32)).astype(np.float64)
+    wq = np.array(dequantized(directory, name).astype(mx.float32)).astype(np.float64)
     w = np.array(load(source, name)[name].astype(mx.float32)).astype(np.float64)
     wq, w = wq.reshape(-1, *wq.shape[-2:]), w.reshape(-1, *w.shape[-2:])
     errs = [float(np.linalg.norm(a - b) / np.linalg.norm(b)) for a, b in zip(wq, w)]

@@ -154,7 +154,13 @@ fn weight_errors(report: &Value, tensor: &str) -> BTreeMap<u64, f64> {
 
 #[test]
 fn against_the_bf16_source_weight_errors_equal_numpys() {
-    for args in [&["--mixed"][..], &["--mode", "mxfp4"], &["--mode", "mxfp8"]] {
+    for args in [
+        &["--mixed"][..],
+        &["--mode", "affine"],
+        &["--mode", "mxfp4"],
+        &["--mode", "nvfp4", "--global-scale"],
+        &["--mode", "mxfp8"],
+    ] {
         let Some((k, src)) = Ckpt::with_source(args) else {
             require_or_skip("Python with MLX", false);
             return;
