@@ -541,8 +541,14 @@ fn module(
         let fits: Vec<(u64, u64, usize)> = [2u64, 3, 4, 5, 6, 8]
             .iter()
             .flat_map(|&b| [32u64, 64, 128].map(|g| (b, g)))
-            .filter(|&(b, g)| (b, g) != (bits, params.group) && words * 32 == groups * g * b)
-            .filter_map(|(b, g)| index.widths.get(&(groups * g)).map(|&t| (b, g, t)))
+            .filter(|&(b, g)| {
+                (b, g) != (bits, params.group)
+                    && words.saturating_mul(32) == groups.saturating_mul(g * b)
+            })
+            .filter_map(|(b, g)| {
+                let width = groups.saturating_mul(g);
+                index.widths.get(&width).map(|&t| (b, g, t))
+            })
             .collect();
         // A warning: the widths are a model's usual wiring, not a rule.
         if !fits.is_empty() {
@@ -551,7 +557,7 @@ fn module(
                 .map(|&(b, g, t)| {
                     format!(
                         "bits {b}, group_size {g} (input {}, as {} has)",
-                        groups * g,
+                        groups.saturating_mul(g),
                         names[t]
                     )
                 })
