@@ -321,24 +321,8 @@ fn crafted_codes_give_known_entropy_clipping_and_unused_levels() {
 
 /// The data of a float32 `.npy` file: its shape and its raw bytes.
 fn read_npy(path: &Path) -> (Vec<u64>, Vec<u8>) {
-    let bytes = std::fs::read(path).unwrap();
-    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "{}", path.display());
-    let len = usize::from(u16::from_le_bytes([bytes[8], bytes[9]]));
-    let header = std::str::from_utf8(&bytes[10..10 + len]).unwrap();
-    assert!(header.contains("'descr': '<f4'"), "{header}");
-    assert!(header.contains("'fortran_order': False"), "{header}");
-    let dims = header
-        .split("'shape': (")
-        .nth(1)
-        .and_then(|s| s.split(')').next())
-        .unwrap();
-    let shape = dims
-        .split(',')
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .map(|d| d.parse().unwrap())
-        .collect();
-    (shape, bytes[10 + len..].to_vec())
+    let n = common::npy::read(path);
+    (n.shape, n.data)
 }
 
 fn export(dir: &Path, name: &str, out: &Path) -> common::Run {

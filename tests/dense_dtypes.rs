@@ -230,8 +230,8 @@ fn check_summary(name: &str, v: &Value, values: &[f64], exact_mean: bool, bins: 
     }
 }
 
-/// The float32 values `export` writes for `name`, and the .npy shape text.
-fn export(file: &Path, name: &str, out: &Path) -> (String, Vec<f32>) {
+/// The float32 values `export` writes for `name`, and the .npy shape.
+fn export(file: &Path, name: &str, out: &Path) -> (Vec<u64>, Vec<f32>) {
     let r = cli(&[
         "export",
         file.to_str().unwrap(),
@@ -241,17 +241,9 @@ fn export(file: &Path, name: &str, out: &Path) -> (String, Vec<f32>) {
         out.to_str().unwrap(),
     ]);
     assert_eq!(r.code, 0, "{name}: {}", r.stderr);
-    let b = fs::read(out).unwrap();
-    let n = u16::from_le_bytes([b[8], b[9]]) as usize;
-    let header = String::from_utf8_lossy(&b[10..10 + n]).into_owned();
-    assert!(header.contains("'descr': '<f4'"), "{header}");
-    let shape = header.split("'shape': ").nth(1).unwrap();
-    let shape = shape[..=shape.find(')').unwrap()].to_string();
-    let values = b[10 + n..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    (shape, values)
+    let n = common::npy::read(out);
+    let values = n.values();
+    (n.shape, values)
 }
 
 /// Bit-for-bit equality of float32 values, NaNs compared as "both NaN".
@@ -317,16 +309,16 @@ fn f8_and_f64_tensors_are_decoded_checked_exported_and_shown() {
     // Export: the exact float32 values, F64 narrowed to nearest.
     let npy = tmp.path().join("out.npy");
     let (shape, got) = export(&file, "w.e4m3", &npy);
-    assert_eq!(shape, "(20, 254)");
+    assert_eq!(shape, [20, 254]);
     let want: Vec<f32> = e4.iter().map(|&x| x as f32).collect();
     assert!(e4.iter().zip(&want).all(|(a, b)| f64::from(*b) == *a));
     assert_same_f32("w.e4m3", &got, &want);
     let (shape, got) = export(&file, "w.e5m2", &npy);
-    assert_eq!(shape, "(20, 248)");
+    assert_eq!(shape, [20, 248]);
     let want: Vec<f32> = e5.iter().map(|&x| x as f32).collect();
     assert_same_f32("w.e5m2", &got, &want);
     let (shape, got) = export(&file, "w.f64", &npy);
-    assert_eq!(shape, format!("({},)", clean.f64.len()));
+    assert_eq!(shape, [clean.f64.len() as u64]);
     let want: Vec<f32> = clean.f64.iter().map(|&x| x as f32).collect();
     assert_same_f32("w.f64", &got, &want);
     let (_, got) = export(&file, "w.wide", &npy);

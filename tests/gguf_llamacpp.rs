@@ -119,24 +119,9 @@ fn written(name: &str) -> Option<PathBuf> {
 
 /// `(shape, f32 bits)` of a little-endian float32 `.npy` file.
 fn read_npy(path: &Path) -> (Vec<u64>, Vec<u32>) {
-    let b = std::fs::read(path).unwrap();
-    assert_eq!(&b[..6], b"\x93NUMPY");
-    let len = usize::from(u16::from_le_bytes([b[8], b[9]]));
-    let header = std::str::from_utf8(&b[10..10 + len]).unwrap();
-    assert!(header.contains("'<f4'"), "{header}");
-    let dims = header.split("'shape': (").nth(1).unwrap();
-    let dims = &dims[..dims.find(')').unwrap()];
-    let shape = dims
-        .split(',')
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .map(|d| d.parse().unwrap())
-        .collect();
-    let bits = b[10 + len..]
-        .chunks_exact(4)
-        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-        .collect();
-    (shape, bits)
+    let n = common::npy::read(path);
+    let bits = n.bits();
+    (n.shape, bits)
 }
 
 /// gguf-py's reading of `file` (tests/gguf/llamacpp_read.py) into `out`:

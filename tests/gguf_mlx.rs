@@ -17,15 +17,11 @@ use bundlescope::sample::gguf as sg;
 use common::{cli, require_or_skip, run_python};
 use serde_json::Value;
 
+/// The header text and the f32 bits of a float32 `.npy` file.
 fn npy_bits(path: &Path) -> (String, Vec<u32>) {
-    let b = std::fs::read(path).unwrap();
-    let len = usize::from(u16::from_le_bytes([b[8], b[9]]));
-    let header = String::from_utf8_lossy(&b[10..10 + len]).into_owned();
-    let bits = b[10 + len..]
-        .chunks_exact(4)
-        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-        .collect();
-    (header, bits)
+    let n = common::npy::read(path);
+    let bits = n.bits();
+    (n.header, bits)
 }
 
 #[test]

@@ -24,19 +24,10 @@ const TENSORS: &[&str] = &[
     "model.layers.1.mlp.switch_mlp.down_proj.weight",
 ];
 
-/// The data of a float32 .npy file and its header's shape text.
-fn npy(path: &std::path::Path) -> (String, Vec<u8>) {
-    let b = fs::read(path).unwrap();
-    let n = u16::from_le_bytes([b[8], b[9]]) as usize;
-    let header = String::from_utf8_lossy(&b[10..10 + n]).into_owned();
-    assert!(header.contains("'<f4'"), "{header}");
-    let shape = header
-        .split("'shape': ")
-        .nth(1)
-        .and_then(|s| s.split(')').next())
-        .unwrap()
-        .to_string();
-    (shape, b[10 + n..].to_vec())
+/// The shape and the raw data of a float32 .npy file.
+fn npy(path: &std::path::Path) -> (Vec<u64>, Vec<u8>) {
+    let n = common::npy::read(path);
+    (n.shape, n.data)
 }
 
 #[test]
@@ -569,11 +560,7 @@ fn exported(dir: &std::path::Path, name: &str, out: &std::path::Path) -> Vec<f32
         out.to_str().unwrap(),
     ]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    npy(out)
-        .1
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    common::npy::read(out).values().into_iter().collect()
 }
 
 #[test]

@@ -9,6 +9,7 @@ pub mod gptq;
 #[cfg(feature = "gui")]
 pub mod harness;
 pub mod mlxlm;
+pub mod npy;
 pub mod nvfp4;
 pub mod oms;
 
