@@ -326,14 +326,7 @@ fn read_npy(path: &Path) -> (Vec<u64>, Vec<u8>) {
 }
 
 fn export(dir: &Path, name: &str, out: &Path) -> common::Run {
-    cli(&[
-        "export",
-        dir.to_str().unwrap(),
-        "--tensor",
-        name,
-        "--out",
-        out.to_str().unwrap(),
-    ])
+    common::export_tensor(dir.to_str().unwrap(), name, out.to_str().unwrap())
 }
 
 fn mlx_present() -> bool {

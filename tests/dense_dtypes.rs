@@ -232,14 +232,7 @@ fn check_summary(name: &str, v: &Value, values: &[f64], exact_mean: bool, bins: 
 
 /// The float32 values `export` writes for `name`, and the .npy shape.
 fn export(file: &Path, name: &str, out: &Path) -> (Vec<u64>, Vec<f32>) {
-    let r = cli(&[
-        "export",
-        file.to_str().unwrap(),
-        "--tensor",
-        name,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let r = common::export_tensor(file.to_str().unwrap(), name, out.to_str().unwrap());
     assert_eq!(r.code, 0, "{name}: {}", r.stderr);
     let n = common::npy::read(out);
     let values = n.values();

@@ -295,14 +295,11 @@ fn export_through_a_symlink_to_the_bundle_is_refused() {
     let manifest = b.dir.join("manifest.json");
     let link_manifest = link.join("manifest.json");
     let export = |opened: &std::path::Path, out: &std::path::Path| {
-        cli(&[
-            "export",
+        common::export_tensor(
             opened.to_str().unwrap(),
-            "--tensor",
             "language_model.model.norm.weight",
-            "--out",
             out.to_str().unwrap(),
-        ])
+        )
     };
     for opened in [&b.dir, &manifest, &link, &link_manifest] {
         let run = export(opened, &out);

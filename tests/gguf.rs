@@ -69,14 +69,7 @@ fn gguf_py_files_audit_valid_and_export_equals_gguf_py_dequantize() {
     }
     for (name, entry) in index {
         let out = tmp.path().join(format!("{name}.bs.npy"));
-        let run = cli(&[
-            "export",
-            file.to_str().unwrap(),
-            "--tensor",
-            name,
-            "--out",
-            out.to_str().unwrap(),
-        ]);
+        let run = common::export_tensor(file.to_str().unwrap(), name, out.to_str().unwrap());
         assert_eq!(run.code, 0, "{name}: {}", run.stderr);
         let (shape, ours) = read_npy(&out);
         let (want_shape, theirs) = read_npy(&dir.join(format!("{name}.npy")));
@@ -170,14 +163,7 @@ fn q8_k_export_equals_a_decoder_written_here() {
     };
     std::fs::write(&file, sg::encode(&sg::sample_kvs(3), &[t], 32)).unwrap();
     let out = tmp.path().join("w.npy");
-    let run = cli(&[
-        "export",
-        file.to_str().unwrap(),
-        "--tensor",
-        "w",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let run = common::export_tensor(file.to_str().unwrap(), "w", out.to_str().unwrap());
     assert_eq!(run.code, 0, "{}", run.stderr);
     let (shape, bits) = read_npy(&out);
     assert_eq!(shape, vec![3, 512]);

@@ -232,14 +232,7 @@ fn llama_cpp_quantized_file_is_valid_and_export_equals_gguf_py() {
         assert_eq!(row["precision"], ty, "{name}");
         assert_eq!(row["shape"], entry["shape"], "{name}");
         let out = tmp.path().join(format!("{name}.bs.npy"));
-        let run = cli(&[
-            "export",
-            file.to_str().unwrap(),
-            "--tensor",
-            name,
-            "--out",
-            out.to_str().unwrap(),
-        ]);
+        let run = common::export_tensor(file.to_str().unwrap(), name, out.to_str().unwrap());
         let h = cli(&["hist", file.to_str().unwrap(), "--tensor", name, "--json"]);
         assert_eq!(h.code, 0, "{name}: {}", h.stderr);
         let h = h.json();
@@ -287,14 +280,11 @@ fn llama_cpp_q2_0_file_is_valid_and_q2_0_is_not_decoded() {
     // 256 rows of 1536: 24 blocks of 64 a row, 18 bytes each.
     assert_eq!(q2["bytes"], 256 * 24 * 18);
     let out = tempfile::tempdir().unwrap();
-    let run = cli(&[
-        "export",
+    let run = common::export_tensor(
         file.to_str().unwrap(),
-        "--tensor",
         q2["name"].as_str().unwrap(),
-        "--out",
         out.path().join("x.npy").to_str().unwrap(),
-    ]);
+    );
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("not decoded"), "{}", run.stderr);
 }

@@ -56,14 +56,7 @@ fn mlx_load_gguf_returns_what_bundlescope_reads_for_q4_0_q4_1_q8_0() {
     }
     for t in &tensors {
         let ours = tmp.path().join(format!("{}.npy", t.name));
-        let run = cli(&[
-            "export",
-            file.to_str().unwrap(),
-            "--tensor",
-            &t.name,
-            "--out",
-            ours.to_str().unwrap(),
-        ]);
+        let run = common::export_tensor(file.to_str().unwrap(), &t.name, ours.to_str().unwrap());
         assert_eq!(run.code, 0, "{}", run.stderr);
         let (h1, a) = npy_bits(&ours);
         let (h2, b) = npy_bits(&out.join(format!("{}.npy", t.name)));
@@ -155,14 +148,7 @@ fn llama_cpp_q4_0_q4_1_q8_0_equal_mlx_loader_in_python_and_in_the_spot_check() {
         .collect();
     for name in &names {
         let ours = tmp.path().join(format!("{name}.npy"));
-        let run = cli(&[
-            "export",
-            file.to_str().unwrap(),
-            "--tensor",
-            name,
-            "--out",
-            ours.to_str().unwrap(),
-        ]);
+        let run = common::export_tensor(file.to_str().unwrap(), name, ours.to_str().unwrap());
         assert_eq!(run.code, 0, "{}", run.stderr);
         let (h1, a) = npy_bits(&ours);
         let (h2, b) = npy_bits(&out.join(format!("{name}.npy")));

@@ -73,14 +73,7 @@ fn mlx_written_checkpoints_audit_valid_and_export_and_counts_match_mlx() {
         for name in TENSORS {
             let ours = tmp.path().join("ours.npy");
             let theirs = tmp.path().join("mlx.npy");
-            let r = cli(&[
-                "export",
-                k.dir.to_str().unwrap(),
-                "--tensor",
-                name,
-                "--out",
-                ours.to_str().unwrap(),
-            ]);
+            let r = common::export_tensor(k.dir.to_str().unwrap(), name, ours.to_str().unwrap());
             assert_eq!(r.code, 0, "{}", r.stderr);
             py(&[
                 "dequant",
@@ -483,14 +476,7 @@ fn nvfp4_global_scale_modules_export_as_mx_dequantize_does() {
         "model.layers.0.mlp.up_proj.weight",
     ] {
         let (ours, theirs) = (tmp.path().join("o.npy"), tmp.path().join("m.npy"));
-        let r = cli(&[
-            "export",
-            k.dir.to_str().unwrap(),
-            "--tensor",
-            name,
-            "--out",
-            ours.to_str().unwrap(),
-        ]);
+        let r = common::export_tensor(k.dir.to_str().unwrap(), name, ours.to_str().unwrap());
         assert_eq!(r.code, 0, "{}", r.stderr);
         py(&[
             "dequant",
@@ -551,14 +537,7 @@ fn hist_all_aggregates_each_mlx_precision_as_numpy_counts_it() {
 
 /// The float32 values of a tensor as `export` writes them.
 fn exported(dir: &std::path::Path, name: &str, out: &std::path::Path) -> Vec<f32> {
-    let r = cli(&[
-        "export",
-        dir.to_str().unwrap(),
-        "--tensor",
-        name,
-        "--out",
-        out.to_str().unwrap(),
-    ]);
+    let r = common::export_tensor(dir.to_str().unwrap(), name, out.to_str().unwrap());
     assert_eq!(r.code, 0, "{}", r.stderr);
     common::npy::read(out).values().into_iter().collect()
 }

@@ -64,14 +64,7 @@ fn samples_in_every_mode_are_valid_and_read_by_mlx_as_we_read_them() {
         for name in TENSORS {
             let ours = tmp.path().join("ours.npy");
             let theirs = tmp.path().join("mlx.npy");
-            let r = cli(&[
-                "export",
-                dir.to_str().unwrap(),
-                "--tensor",
-                name,
-                "--out",
-                ours.to_str().unwrap(),
-            ]);
+            let r = common::export_tensor(dir.to_str().unwrap(), name, ours.to_str().unwrap());
             assert_eq!(r.code, 0, "{}", r.stderr);
             let Some(_) = py(&[
                 "dequant",

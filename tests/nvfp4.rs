@@ -403,14 +403,7 @@ fn export_equals_mlx_dequantize_exactly() {
             continue;
         }
         let out = tmp.path().join(format!("{name}.npy"));
-        let run = cli(&[
-            "export",
-            a.dir.to_str().unwrap(),
-            "--tensor",
-            name,
-            "--out",
-            out.to_str().unwrap(),
-        ]);
+        let run = common::export_tensor(a.dir.to_str().unwrap(), name, out.to_str().unwrap());
         assert_eq!(run.code, 0, "{}", run.stderr);
         pairs.push(format!("{name}={}", out.display()));
     }
@@ -478,14 +471,11 @@ fn mlx_quantized_weights_read_back_through_our_index() {
     let run = audit_json(&art);
     assert_eq!(run.code, 0, "{}", run.stdout);
     let ours = tmp.path().join("ours.npy");
-    let run = cli(&[
-        "export",
+    let run = common::export_tensor(
         art.to_str().unwrap(),
-        "--tensor",
         "model.decoder.layers.0.experts.down_proj.weight",
-        "--out",
         ours.to_str().unwrap(),
-    ]);
+    );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let (a, b) = (fs::read(&ours).unwrap(), fs::read(&reference).unwrap());
     let n = 4 * 32 * 64 * 4;

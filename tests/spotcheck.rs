@@ -268,14 +268,7 @@ fn reference_errors_equal_a_naive_computation() {
         let q = &result_of(&report, name)["reference"];
 
         let npy = b.tmp.path().join(format!("{precision}.npy"));
-        let run = cli(&[
-            "export",
-            b.dir.to_str().unwrap(),
-            "--tensor",
-            name,
-            "--out",
-            npy.to_str().unwrap(),
-        ]);
+        let run = common::export_tensor(b.dir.to_str().unwrap(), name, npy.to_str().unwrap());
         assert_eq!(run.code, 0, "{}", run.stderr);
         let wq = read_npy(&npy);
         let src = st.tensor(name).unwrap();
@@ -372,14 +365,7 @@ fn embedding_reference_equals_a_naive_computation() {
     );
 
     let npy = tmp.path().join("embed.npy");
-    let run = cli(&[
-        "export",
-        dir.to_str().unwrap(),
-        "--tensor",
-        name,
-        "--out",
-        npy.to_str().unwrap(),
-    ]);
+    let run = common::export_tensor(dir.to_str().unwrap(), name, npy.to_str().unwrap());
     assert_eq!(run.code, 0, "{}", run.stderr);
     let wq = read_npy(&npy);
     let ref_bytes = std::fs::read(reference.join("model.safetensors")).unwrap();

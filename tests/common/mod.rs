@@ -227,6 +227,11 @@ pub fn error_checks(report: &Value) -> Vec<String> {
     ids
 }
 
+/// `bundlescope export BUNDLE --tensor NAME --out OUT`.
+pub fn export_tensor(bundle: &str, name: &str, out: &str) -> Run {
+    cli(&["export", bundle, "--tensor", name, "--out", out])
+}
+
 /// Findings of check `id`.
 pub fn findings_of<'a>(report: &'a Value, id: &str) -> Vec<&'a Value> {
     report["findings"]
