@@ -5,7 +5,6 @@
 
 mod common;
 
-use bundlescope::app::Command;
 use bundlescope::app::signing::TrustFile;
 use common::harness::*;
 use common::oms::{self, How};
@@ -36,12 +35,7 @@ fn summary_leads_with_the_signature_and_shows_a_tampered_one_failing() {
     assert!(!g.shows("all digests match"));
 
     // The key picked for this folder: audited again, verified.
-    g.send(Command::SetSigningFile(
-        TrustFile::Key,
-        s.work.join("pub.pem"),
-    ));
-    g.harness.step();
-    g.finish();
+    g.pick_signing_file(TrustFile::Key, &s.work.join("pub.pem"));
     assert!(g.shows("3 files, all digests match"), "not verified");
     assert!(g.shows("Verify with"));
     // At the top of the Summary: above the format row.
@@ -107,12 +101,7 @@ fn a_file_signed_by_shards_is_read_not_hashed_whole_and_as_signed_once_verified(
     assert!(g.shows("read; not hashed whole (signed shards)"));
     assert!(!g.shows("✔ as signed"));
     assert!(!g.shows("… pending"));
-    g.send(Command::SetSigningFile(
-        TrustFile::Key,
-        tmp.path().join("pub.pem"),
-    ));
-    g.harness.step();
-    g.finish();
+    g.pick_signing_file(TrustFile::Key, &tmp.path().join("pub.pem"));
     assert!(g.shows("all digests match"), "not verified");
     // The GGUF claims no digest of itself: the signature's shards vouch
     // for it, and the file line says so.
@@ -137,12 +126,7 @@ fn a_sigstore_trusted_root_picked_as_the_root_verifies_a_rekor_v2_bundle() {
     assert!(g.shows("NOT verified"));
     // The trusted root picked with Root… (a JSON file, not a PEM): the
     // chain, the v2 log entry and the RFC 3161 timestamp verify.
-    g.send(Command::SetSigningFile(
-        TrustFile::Root,
-        out.join("trusted_root.json"),
-    ));
-    g.harness.step();
-    g.finish();
+    g.pick_signing_file(TrustFile::Root, &out.join("trusted_root.json"));
     assert!(
         g.shows("Signature: signed by signer@example.com (sigstore), 2 files, all digests match"),
         "not verified"

@@ -443,12 +443,7 @@ fn a_key_picked_for_a_folder_survives_a_restart() {
     let mut g = gui();
     g.open(&s.dir);
     assert!(g.shows("signature not checked: no key given"));
-    g.send(Command::SetSigningFile(
-        TrustFile::Key,
-        s.work.join("pub.pem"),
-    ));
-    g.harness.step();
-    g.finish();
+    g.pick_signing_file(TrustFile::Key, &s.work.join("pub.pem"));
     assert!(g.shows("3 files, all digests match"), "not verified");
     let mut storage = Memory::default();
     eframe::App::save(g.app(), &mut storage);

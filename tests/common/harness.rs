@@ -100,6 +100,14 @@ impl Gui {
         self.finish();
     }
 
+    /// Picks a key or root for the open bundle's folder, as its button's
+    /// file dialog does, and waits for the audit that follows.
+    pub fn pick_signing_file(&mut self, kind: bundlescope::app::signing::TrustFile, file: &Path) {
+        self.send(Command::SetSigningFile(kind, file.to_path_buf()));
+        self.harness.step();
+        self.finish();
+    }
+
     /// Waits for the running audit and the writes after it (the cache
     /// entry, a report), then runs a few frames so the screen shows them.
     pub fn finish(&mut self) {
