@@ -526,6 +526,18 @@ pub fn check_signature(file: &str, bytes: &[u8], trust: &Trust) -> Checked {
                 }
             });
             c.report.resources = s.resources.len();
+            if let (false, Some((a, b))) = (s.is_pre_1_0(), statement::out_of_order(&s.resources)) {
+                c.findings.push(
+                    Finding::warning(
+                        checks::OMS_MANIFEST,
+                        format!(
+                            "resources are not in the signer's order: {:?} (resources[{a}]) comes before {:?} (resources[{b}]); model-signing sorts them by path, then shard start, so another tool wrote this statement (each digest is still checked by name)",
+                            s.resources[a].name, s.resources[b].name
+                        ),
+                    )
+                    .field(format!("predicate.resources[{b}]")),
+                );
+            }
             if s.is_pre_1_0() {
                 c.findings.push(
                     Finding::info(

@@ -383,6 +383,25 @@ fn parse_v1(v: &Value) -> Result<Statement, Finding> {
     })
 }
 
+/// The first resource listed out of the signer's order, with the one
+/// before it. model-signing lists a v1.0 statement's resources sorted by
+/// path, component by component (as Python orders paths), then by shard
+/// start and end; the subject digest is taken over them in that order.
+/// Another order still verifies (each digest is compared by name), but no
+/// conforming signer wrote it.
+pub fn out_of_order(resources: &[Resource]) -> Option<(usize, usize)> {
+    fn key(r: &Resource) -> (std::str::Split<'_, char>, (u64, u64)) {
+        (r.path.split('/'), r.range.unwrap_or((0, 0)))
+    }
+    resources
+        .windows(2)
+        .position(|w| {
+            let ((a, ra), (b, rb)) = (key(&w[0]), key(&w[1]));
+            a.cmp(b).then(ra.cmp(&rb)) == std::cmp::Ordering::Greater
+        })
+        .map(|i| (i, i + 1))
+}
+
 /// Whether the resources are those of one signed file (all named `.`);
 /// `.` beside folder paths is an `oms.path` finding.
 fn single_file(resources: &[Resource], field: &str) -> Result<bool, Finding> {
@@ -557,6 +576,33 @@ mod tests {
         assert_eq!(st.serialization.method, Method::Shards { shard_size: 10 });
         assert_eq!(st.resources[1].range, Some((10, 15)));
         assert_eq!(st.resources[1].path, "w.bin");
+    }
+
+    #[test]
+    fn the_signers_order_is_by_path_component_then_shard_start() {
+        let r = |name: &str, range: Option<(u64, u64)>| Resource {
+            name: name.to_string(),
+            path: name.split(':').next().unwrap().to_string(),
+            range,
+            digest: Vec::new(),
+        };
+        // Python orders paths by component: "a/b" before "a.b", though
+        // '.' sorts before '/' as text; shards by their numeric start.
+        let sorted = [
+            r("a/b", None),
+            r("a.b", None),
+            r("w:0:10", Some((0, 10))),
+            r("w:10:20", Some((10, 20))),
+            r("w:100:110", Some((100, 110))),
+        ];
+        assert_eq!(out_of_order(&sorted), None);
+        let mut text_order = sorted.clone();
+        text_order.swap(3, 4);
+        assert_eq!(out_of_order(&text_order), Some((3, 4)));
+        let mut by_text = sorted.clone();
+        by_text.swap(0, 1);
+        assert_eq!(out_of_order(&by_text), Some((0, 1)));
+        assert_eq!(out_of_order(&[]), None);
     }
 
     #[test]
