@@ -705,7 +705,7 @@ fn gguf_cases() -> Vec<GgufCase> {
 }
 
 /// Variants of the GGUF checks: the dmin of a K-quant, an MXFP4 E8M0 NaN,
-/// an infinite BF16.
+/// an infinite BF16, a NaN F64.
 fn gguf_variants() -> Vec<GgufCase> {
     use gguf_cases::*;
     vec![
@@ -742,6 +742,31 @@ fn gguf_variants() -> Vec<GgufCase> {
                 patch(f, |b| {
                     b[data + 100..data + 102].copy_from_slice(&0x7f80u16.to_le_bytes())
                 });
+            },
+        },
+        GgufCase {
+            check: "gguf.finite",
+            severity: "error",
+            errors: &[],
+            tensor: Some("f64"),
+            make: |f| {
+                // An F64 vector whose element 5 is NaN, beside a Q8_0 one.
+                let mut data = Vec::new();
+                for i in 0..64 {
+                    let v = if i == 5 { f64::NAN } else { f64::from(i) / 7.0 };
+                    data.extend_from_slice(&v.to_le_bytes());
+                }
+                let f64_tensor = bundlescope::sample::gguf::Tensor {
+                    name: "f64".into(),
+                    ty: bundlescope::format::gguf::GgmlType::F64,
+                    ne: vec![64],
+                    data,
+                };
+                rewrite(
+                    f,
+                    &bundlescope::sample::gguf::sample_kvs(4),
+                    &[q8("a", 1), f64_tensor],
+                );
             },
         },
     ]

@@ -558,11 +558,17 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), Ggu
             have: bytes.len(),
         });
     }
-    if ty == GgmlType::F32 || ty == GgmlType::F16 || ty == GgmlType::BF16 {
+    if ty.is_float() {
         match ty {
             GgmlType::F32 => {
                 for (o, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
                     *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            // Rounded to the nearest f32, as numpy's astype(float32) does.
+            GgmlType::F64 => {
+                for (o, b) in out.iter_mut().zip(bytes.as_chunks::<8>().0) {
+                    *o = f64::from_le_bytes(*b) as f32;
                 }
             }
             _ => super::halves_to_f32(ty == GgmlType::BF16, bytes, out),

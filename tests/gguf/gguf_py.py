@@ -69,6 +69,12 @@ for qt in RAW:
     name = f"raw.{qt.name}"
     w.add_tensor(name, raw.reshape(rows, cols // block * size), raw_dtype=qt)
     written[name] = qt
+# F64: gguf-py types a float64 array as F64 by itself; it has no quantizer
+# for it. The values carry more precision than float32 holds, so the
+# comparison sees them rounded.
+x = rng.standard_t(5, size=(rows, cols)) * np.float64(1e-3) + np.float64(1.0) / 3.0
+w.add_tensor("q.F64", x)
+written["q.F64"] = T.F64
 w.write_header_to_file()
 w.write_kv_data_to_file()
 w.write_tensors_to_file()
@@ -99,7 +105,12 @@ index = {}
 r = gguf.GGUFReader(str(out / "model.gguf"))
 for t in r.tensors:
     qt = T(t.tensor_type)
-    values = gguf.quants.dequantize(t.data, qt)
+    if qt == T.F64:
+        # gguf-py 0.19 does not dequantize F64: its bytes read as float64
+        # here, rounded to the nearest float32 by numpy.
+        values = np.asarray(t.data).view(np.float64).astype(np.float32)
+    else:
+        values = gguf.quants.dequantize(t.data, qt)
     shape = [int(d) for d in reversed(t.shape.tolist())]
     values = np.ascontiguousarray(values.reshape(shape), dtype=np.float32)
     np.save(out / f"{t.name}.npy", values)

@@ -159,6 +159,7 @@ impl Scanner {
                     T::F32 => dense(crate::format::DenseDtype::F32),
                     T::F16 => dense(crate::format::DenseDtype::F16),
                     T::BF16 => dense(crate::format::DenseDtype::Bf16),
+                    T::F64 => dense(crate::format::DenseDtype::F64),
                     // Listed and size-checked types are hashed only.
                     _ if !ty.decoded() => Kind::Codes,
                     _ => Kind::Gguf(Box::new(GgufScan::new(ty, rows, cols, start))),

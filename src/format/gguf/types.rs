@@ -91,7 +91,7 @@ ggml_types! {
     I16 = 25, "I16", 1, 2, false;
     I32 = 26, "I32", 1, 4, false;
     I64 = 27, "I64", 1, 8, false;
-    F64 = 28, "F64", 1, 8, false;
+    F64 = 28, "F64", 1, 8, true;
     IQ1_M = 29, "IQ1_M", 256, QK_K / 8 + QK_K / 16 + QK_K / 32, false;
     BF16 = 30, "BF16", 1, 2, true;
     TQ1_0 = 34, "TQ1_0", 256, 2 + 4 * 13, false;
@@ -103,9 +103,13 @@ ggml_types! {
 }
 
 impl GgmlType {
-    /// F32, F16 or BF16: one value per element, checked for finiteness.
+    /// F32, F16, BF16 or F64: one value per element, checked for
+    /// finiteness.
     pub fn is_float(self) -> bool {
-        matches!(self, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+        matches!(
+            self,
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::F64
+        )
     }
 }
 
