@@ -315,9 +315,9 @@ fn resolve(
         findings.push(Finding::error(c::MLXLM_MODULE, msg).tensor(names[i].clone()));
     }
     for (i, t) in tensors.iter().enumerate() {
-        let dims = shape(t);
+        let dims = t.shape.as_deref().unwrap_or_default();
         if !members[i] {
-            for d in dims {
+            for &d in dims {
                 index.widths.entry(d).or_insert(i);
             }
         } else if names[i].ends_with(".weight") && dims.len() >= 2 {
