@@ -4,8 +4,15 @@
 //! value is one `dense.finite` error at its byte offset, `export` writes
 //! the exact float32 values (F64 narrowed as numpy's `astype(float32)`,
 //! checked against numpy where the project's Python has it), and `hist`
-//! shows them. A dtype bundlescope does not decode (I32) is said to be
-//! one, not broken metadata.
+//! shows them. A dtype bundlescope does not decode (F8_E8M0) is said to
+//! be one, not broken metadata.
+//!
+//! Integer (I8 … U64) and BOOL tensors are decoded too: a file numpy
+//! writes (its header built by hand) has statistics equal numpy's and
+//! exports equal to numpy's `astype(float32)` bit for bit; the real
+//! all-MiniLM-L6-v2's I64 position ids have their values; and an MLX
+//! quantized module's U32 codes with no quantization block stay listed,
+//! not read as integers.
 
 mod common;
 
@@ -162,12 +169,7 @@ impl Clean {
                 ("w.e5m2", "F8_E5M2", vec![20, 248], e5m2.to_vec()),
                 ("w.f64", "F64", vec![f64s.len() as u64], f64_bytes(f64s)),
                 ("w.wide", "F64", vec![2, 2], f64_bytes(&self.wide)),
-                (
-                    "w.ids",
-                    "I32",
-                    vec![4],
-                    vec![1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0],
-                ),
+                ("w.e8m0", "F8_E8M0", vec![4], vec![127, 128, 1, 254]),
             ],
         )
     }
@@ -292,11 +294,11 @@ fn f8_and_f64_tensors_are_decoded_checked_exported_and_shown() {
         .map(|b| b["count"].as_u64().unwrap())
         .sum();
     assert_eq!(f64_bins, clean.f64.len() as u64);
-    // The integer tensor is listed without values.
+    // The F8_E8M0 tensor is listed without values.
     assert!(
-        row(&report, "w.ids")["stats"].is_null(),
+        row(&report, "w.e8m0")["stats"].is_null(),
         "{:#}",
-        row(&report, "w.ids")
+        row(&report, "w.e8m0")
     );
 
     // Export: the exact float32 values, F64 narrowed to nearest.
@@ -335,13 +337,13 @@ fn f8_and_f64_tensors_are_decoded_checked_exported_and_shown() {
     }
     // A dtype that is listed, not decoded, is said to be one.
     let (path, out) = (file.to_str().unwrap(), npy.to_str().unwrap());
-    let hist: &[&str] = &["hist", path, "--tensor", "w.ids"];
-    let export: &[&str] = &["export", path, "--tensor", "w.ids", "--out", out];
+    let hist: &[&str] = &["hist", path, "--tensor", "w.e8m0"];
+    let export: &[&str] = &["export", path, "--tensor", "w.e8m0", "--out", out];
     for args in [hist, export] {
         let r = cli(args);
         assert_ne!(r.code, 0, "{args:?}");
         assert!(
-            r.stderr.contains("w.ids is I32")
+            r.stderr.contains("w.e8m0 is F8_E8M0")
                 && r.stderr.contains("does not decode their values")
                 && !r.stderr.contains("broken metadata"),
             "{args:?}: {}",
@@ -537,4 +539,258 @@ fn the_app_shows_f8_and_f64_values() {
     assert!(g.shows("· 1 non-finite"), "the E5M2 infinity");
     g.select("w.f64");
     assert!(g.shows("3010 values · min "), "the F64 values");
+}
+
+/// The integer and BOOL tensors numpy writes: (name, safetensors dtype,
+/// numpy dtype), widest first so every tensor starts aligned.
+const INTEGERS: [(&str, &str, &str); 9] = [
+    ("t.i64", "I64", "<i8"),
+    ("t.u64", "U64", "<u8"),
+    ("t.i32", "I32", "<i4"),
+    ("t.u32", "U32", "<u4"),
+    ("t.i16", "I16", "<i2"),
+    ("t.u16", "U16", "<u2"),
+    ("t.i8", "I8", "i1"),
+    ("t.u8", "U8", "u1"),
+    ("t.bool", "BOOL", "?"),
+];
+
+/// numpy writes a safetensors file of one tensor per integer dtype and
+/// BOOL (its header built by hand: 8-byte little-endian length, JSON,
+/// data), 1000 values each: the type's min and max, values where rounding
+/// to float32 straight from the integer and through float64 differ, and
+/// seeded random ones (BOOL: random bytes, 40% zero, any nonzero byte
+/// true). It prints numpy's count, min, max and mean of each and saves
+/// `astype(np.float32)` of each as NAME.npy in the output folder.
+const WRITE_INTEGERS: &str = r#"
+import json, sys
+import numpy as np
+path, out, spec = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+rng = np.random.default_rng(20261207)
+n, shape = 1000, [10, 100]
+header, blobs, offset, res = {}, [], 0, {}
+for name, st, nd in spec:
+    dt = np.dtype(nd)
+    if st == "BOOL":
+        b = rng.integers(0, 256, n, dtype=np.uint8)
+        b[rng.random(n) < 0.4] = 0
+        b[:4] = [0, 1, 2, 255]
+        v = b.view(np.bool_)
+    else:
+        info = np.iinfo(dt)
+        v = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+        special = [info.min, info.max, 0, 1]
+        if info.bits == 64:
+            sign = -1 if info.min < 0 else 1
+            top = 62 if info.min < 0 else 63
+            # Just above a float32 tie, within half a float64 ulp of it.
+            special += [(1 << top) + (1 << (top - 24)) + 1,
+                        sign * ((1 << 53) + 1), (1 << top) + (1 << (top - 24))]
+        if info.bits == 32:
+            special += [(1 << 24) + 1, (1 << 24) + 3]
+        v[:len(special)] = np.array(special, dtype=object).astype(dt)
+    b = v.tobytes()
+    header[name] = {"dtype": st, "shape": shape, "data_offsets": [offset, offset + len(b)]}
+    blobs.append(b)
+    offset += len(b)
+    np.save(out + "/" + name + ".npy", v.astype(np.float32).reshape(shape))
+    res[name] = {"count": int(v.size), "min": float(v.min()), "max": float(v.max()),
+                 "mean": float(v.mean())}
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+with open(path, "wb") as f:
+    f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+print(json.dumps(res))
+"#;
+
+#[test]
+fn integer_and_bool_tensors_are_decoded_as_numpy_reads_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    fs::create_dir(&dir).unwrap();
+    let file = dir.join("ints.safetensors");
+    let spec = serde_json::to_string(&INTEGERS).unwrap();
+    let args = [
+        "-c",
+        WRITE_INTEGERS,
+        file.to_str().unwrap(),
+        tmp.path().to_str().unwrap(),
+        &spec,
+    ];
+    let Some(o) = run_python(&args) else {
+        require_or_skip("Python with numpy", false);
+        return;
+    };
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        require_or_skip(&format!("Python with numpy ({err})"), false);
+        return;
+    }
+    let numpy: Value = serde_json::from_slice(&o.stdout).unwrap();
+
+    // The audit: valid, nothing said (integers are never non-finite).
+    let run = audit_json(&file);
+    let report = run.json();
+    assert_eq!(run.code, 0, "{report:#}");
+    assert_eq!(report["verdict"], "valid");
+    assert_eq!(
+        report["findings"].as_array().unwrap().len(),
+        0,
+        "{report:#}"
+    );
+    let path = file.to_str().unwrap();
+    let npy = tmp.path().join("ours.npy");
+    for (name, dtype, _) in INTEGERS {
+        let want = &numpy[name];
+        let r = cli(&["hist", path, "--tensor", name, "--json"]);
+        assert_eq!(r.code, 0, "{name}: {}", r.stderr);
+        assert!(r.stderr.is_empty(), "{name}: {}", r.stderr);
+        let v = &r.json()["values"];
+        assert_eq!(v["count"], want["count"], "{name} ({dtype}): {v}");
+        assert_eq!(v["nonfinite"], 0, "{name}");
+        assert_eq!(
+            v["min"].as_f64(),
+            want["min"].as_f64(),
+            "{name} ({dtype}) min"
+        );
+        assert_eq!(
+            v["max"].as_f64(),
+            want["max"].as_f64(),
+            "{name} ({dtype}) max"
+        );
+        let (ours, theirs) = (v["mean"].as_f64().unwrap(), want["mean"].as_f64().unwrap());
+        assert!(
+            (ours - theirs).abs() <= 1e-9 * theirs.abs(),
+            "{name} ({dtype}): mean {ours} vs numpy {theirs}"
+        );
+        let binned: u64 = v["bins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(binned, 1000, "{name}: every value binned");
+        assert_eq!(
+            &row(&report, name)["stats"]["values"],
+            v,
+            "{name}: the report's summary is hist's"
+        );
+        // export: numpy's astype(float32), bit for bit.
+        let (shape, got) = export(&file, name, &npy);
+        assert_eq!(shape, [10, 100], "{name}");
+        let theirs = common::npy::read(&tmp.path().join(format!("{name}.npy")));
+        assert_same_f32(name, &got, &theirs.values());
+        assert_eq!(
+            fs::read(&npy).unwrap(),
+            fs::read(tmp.path().join(format!("{name}.npy"))).unwrap(),
+            "{name}: export is numpy's .npy byte for byte"
+        );
+    }
+}
+
+/// The real all-MiniLM-L6-v2 (scripts/install-mlx.sh installs it): its I64
+/// `embeddings.position_ids` has values, 0 up to numpy's max.
+#[test]
+fn the_real_checkpoint_position_ids_have_values() {
+    let ck =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(".pymodels/all-minilm-l6-v2/model.safetensors");
+    if !require_or_skip(
+        "the real checkpoint (scripts/install-mlx.sh installs it)",
+        ck.exists(),
+    ) {
+        return;
+    }
+    let name = "embeddings.position_ids";
+    let script = r#"
+import json, sys
+import numpy as np
+raw = open(sys.argv[1], "rb").read()
+n = int.from_bytes(raw[:8], "little")
+e = json.loads(raw[8:8 + n]).get(sys.argv[2])
+if e is None:
+    print("null")
+else:
+    b, end = e["data_offsets"]
+    v = np.frombuffer(raw[8 + n + b:8 + n + end], dtype="<i8")
+    print(json.dumps({"dtype": e["dtype"], "count": int(v.size), "max": float(v.max())}))
+"#;
+    let Some(o) = run_python(&["-c", script, ck.to_str().unwrap(), name]) else {
+        require_or_skip("Python with numpy", false);
+        return;
+    };
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        require_or_skip(&format!("Python with numpy ({err})"), false);
+        return;
+    }
+    let numpy: Value = serde_json::from_slice(&o.stdout).unwrap();
+    if !require_or_skip(&format!("{name} in the real checkpoint"), !numpy.is_null()) {
+        return;
+    }
+    assert_eq!(numpy["dtype"], "I64");
+    let r = cli(&["hist", ck.to_str().unwrap(), "--tensor", name, "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v = &r.json()["values"];
+    assert_eq!(v["count"], numpy["count"], "{v}");
+    assert_eq!(v["min"].as_f64(), Some(0.0), "{v}");
+    assert_eq!(v["max"].as_f64(), numpy["max"].as_f64(), "{v}");
+    assert_eq!(v["nonfinite"], 0, "{v}");
+}
+
+/// A lone file holding an MLX quantized module (a U32 weight with its
+/// scales and biases) and a U32 tensor outside any module: the module's
+/// codes are still listed as stored, with the `mlxlm.config` warning that
+/// nothing says how to decode them, and hist and export say so; the other
+/// U32 tensor is decoded as integers.
+#[test]
+fn mlx_module_codes_stay_codes_beside_decoded_integers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ckpt");
+    fs::create_dir(&dir).unwrap();
+    let file = dir.join("model.safetensors");
+    let words: Vec<u8> = (0..8u32)
+        .flat_map(|w| (w * 0x1111_1111).to_le_bytes())
+        .collect();
+    let halves = |n: usize| -> Vec<u8> { [0x80u8, 0x3f].repeat(n) };
+    let counts: Vec<u8> = [7u32, 0, u32::MAX, 40_000]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    write_safetensors(
+        &file,
+        &[
+            ("m.weight", "U32", vec![2, 4], words),
+            ("m.scales", "BF16", vec![2, 1], halves(2)),
+            ("m.biases", "BF16", vec![2, 1], halves(2)),
+            ("counts", "U32", vec![4], counts),
+        ],
+    );
+    let run = audit_json(&file);
+    let report = run.json();
+    assert_eq!(error_checks(&report), Vec::<String>::new(), "{report:#}");
+    let config = findings_of(&report, "mlxlm.config");
+    assert_eq!(config.len(), 1, "{report:#}");
+    assert_eq!(config[0]["tensor"], "m.weight");
+    assert!(row(&report, "m.weight")["stats"].is_null(), "{report:#}");
+    let v = &row(&report, "counts")["stats"]["values"];
+    assert_eq!(v["count"], 4, "{v}");
+    assert_eq!(v["min"].as_f64(), Some(0.0));
+    assert_eq!(v["max"].as_f64(), Some(f64::from(u32::MAX)));
+    let path = file.to_str().unwrap();
+    let out = tmp.path().join("out.npy");
+    let (_, got) = export(&file, "counts", &out);
+    assert_eq!(got, [7.0, 0.0, 4_294_967_296.0, 40_000.0]);
+    let hist: &[&str] = &["hist", path, "--tensor", "m.weight"];
+    let out = out.to_str().unwrap();
+    let export: &[&str] = &["export", path, "--tensor", "m.weight", "--out", out];
+    for args in [hist, export] {
+        let r = cli(args);
+        assert_ne!(r.code, 0, "{args:?}");
+        assert!(
+            r.stderr
+                .contains("packed U32 codes of an MLX quantized module"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
 }

@@ -43,8 +43,17 @@ pub fn resolve(bundle: &Bundle, name: &str) -> Result<usize> {
 
 /// The validated layout, or an error naming the tensor and why it has
 /// none: a dtype bundlescope lists without decoding (a checkpoint's
-/// integer, BOOL, F8_E8M0, F4 or F6 tensor), or broken metadata.
+/// F8_E8M0, F4 or F6 tensor), the packed codes of an MLX quantized module
+/// with no quantization block, or broken metadata.
 pub fn layout_of(bundle: &Bundle, t: &TensorInfo) -> Result<Layout> {
+    if bundle.unannounced_codes(t) {
+        bail!(
+            "tensor {} holds the packed U32 codes of an MLX quantized module (its scales beside \
+             it), but the checkpoint has no quantization block to say their bits, group size \
+             and mode, so bundlescope lists them as stored and does not decode them",
+            t.name
+        );
+    }
     if let Some(dtype) = bundle.undecoded_dtype(t) {
         bail!(
             "tensor {} is {dtype}: bundlescope lists {dtype} tensors and checks their size, \

@@ -1,6 +1,8 @@
 //! Dequantisation to f32: packed codes with their F16 scales, and dense
-//! BF16/F16/F32/F64/F8 values (F8 exactly, F64 rounded to nearest). Pure functions over borrowed bytes writing into a
-//! caller's buffer, parallel over rows, no allocation per element.
+//! BF16/F16/F32/F64/F8/integer/BOOL values (F8 exactly, F64 and the wide
+//! integers rounded to nearest). Pure functions over borrowed bytes
+//! writing into a caller's buffer, parallel over rows, no allocation per
+//! element.
 //!
 //! The value of packed element `(r, j)` is `scale[r][j/64] * (code[r][j] - z)`,
 //! computed in f32. Every such product is exact (an 11-bit scale mantissa
@@ -9,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use super::{f8_to_f32, f64s_to_f32, halves_to_f32};
+use super::{f8_to_f32, f64s_to_f32, halves_to_f32, ints_to_f32};
 use crate::format::{DenseDtype, PackedKind};
 
 /// Codes per scale group in every audio8 packed tensor.
@@ -277,6 +279,7 @@ fn dense_chunk(dtype: DenseDtype, bytes: &[u8], out: &mut [f32]) {
         DenseDtype::F64 => f64s_to_f32(bytes, out),
         DenseDtype::F8E4m3 => f8_to_f32(true, bytes, out),
         DenseDtype::F8E5m2 => f8_to_f32(false, bytes, out),
+        DenseDtype::Int(t) => ints_to_f32(t, bytes, out),
     }
 }
 
@@ -438,5 +441,22 @@ mod tests {
         for (i, v) in many.iter().enumerate() {
             assert_eq!(*v, crate::decode::nvfp4::e4m3((i % 0x7e) as u8), "{i}");
         }
+        // Integers and BOOL, over several parallel tasks: each value where
+        // it was, BOOL's nonzero bytes 1.
+        use crate::format::IntDtype;
+        let ints: Vec<i16> = (0..3 * DENSE_TASK as i32)
+            .map(|i| (i * 37 - 40_000) as i16)
+            .collect();
+        let bytes: Vec<u8> = ints.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut many = vec![0f32; ints.len()];
+        dense_to_f32(DenseDtype::Int(IntDtype::I16), &bytes, &mut many).unwrap();
+        assert!(ints.iter().zip(&many).all(|(&i, &v)| f32::from(i) == v));
+        dense_to_f32(
+            DenseDtype::Int(IntDtype::Bool),
+            &[0, 1, 2, 0xff, 0],
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, [0.0, 1.0, 1.0, 1.0, 0.0]);
     }
 }

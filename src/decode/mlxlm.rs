@@ -64,9 +64,11 @@ impl Round {
     /// module and would leave values unrounded.
     pub fn of(dtype: DenseDtype) -> Self {
         match dtype {
-            DenseDtype::F32 | DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
-                Round::F32
-            }
+            DenseDtype::F32
+            | DenseDtype::F64
+            | DenseDtype::F8E4m3
+            | DenseDtype::F8E5m2
+            | DenseDtype::Int(_) => Round::F32,
             DenseDtype::F16 => Round::F16,
             DenseDtype::Bf16 => Round::Bf16,
         }
@@ -526,7 +528,7 @@ fn param(dtype: DenseDtype, bytes: &[u8], index: usize) -> f32 {
             bf16_to_f32(u16::from_le_bytes([bytes[2 * index], bytes[2 * index + 1]]))
         }
         // Not affine scales dtypes (`DenseDtype::parse`); decoded all the same.
-        DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
+        DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 | DenseDtype::Int(_) => {
             super::dequant::dense_value(dtype, &bytes[dtype.size() as usize * index..])
         }
     }

@@ -105,6 +105,16 @@ pub fn f64s_to_f32(bytes: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Converts little-endian integers (or BOOL bytes) of `ty` to f32, each
+/// rounded once to nearest even as numpy's `astype(float32)` does (the 8-
+/// and 16-bit ones, and BOOL's 0 and 1, exactly), `out.len()` of them (or
+/// fewer when `bytes` is shorter).
+pub fn ints_to_f32(ty: crate::format::IntDtype, bytes: &[u8], out: &mut [f32]) {
+    for (o, b) in out.iter_mut().zip(bytes.chunks_exact(ty.size() as usize)) {
+        *o = ty.to_f32(b);
+    }
+}
+
 /// Converts little-endian 16-bit floats (`bytes`, two per value) to f32,
 /// `out.len()` of them, through `half`'s vectorised slice conversion.
 /// Extra bytes are ignored; missing ones leave the tail of `out` untouched.
@@ -342,6 +352,51 @@ mod tests {
         assert_eq!(f16_to_f32(f8_e5m2_to_f16(0x7c)), f32::INFINITY);
         assert_eq!(f16_to_f32(f8_e5m2_to_f16(0xfc)), f32::NEG_INFINITY);
         assert_eq!(f16_to_f32(f8_e5m2_to_f16(0x7b)), 57344.0);
+    }
+
+    #[test]
+    fn integers_convert_as_numpy_astype() {
+        use crate::format::IntDtype as T;
+        let one = |ty: T, bytes: &[u8]| {
+            let mut out = [f32::NAN];
+            ints_to_f32(ty, bytes, &mut out);
+            (ty.to_f64(bytes), out[0])
+        };
+        assert_eq!(one(T::I8, &[0x80]), (-128.0, -128.0));
+        assert_eq!(one(T::U8, &[0xff]), (255.0, 255.0));
+        assert_eq!(one(T::Bool, &[0x02]), (1.0, 1.0));
+        assert_eq!(one(T::Bool, &[0x00]), (0.0, 0.0));
+        assert_eq!(
+            one(T::I16, &(-32768i16).to_le_bytes()),
+            (-32768.0, -32768.0)
+        );
+        assert_eq!(one(T::U16, &u16::MAX.to_le_bytes()), (65535.0, 65535.0));
+        // 2^24 + 1 is no f32: ties to even, down.
+        assert_eq!(
+            one(T::I32, &(1i32 << 24 | 1).to_le_bytes()),
+            (16_777_217.0, 16_777_216.0)
+        );
+        assert_eq!(
+            one(T::U32, &u32::MAX.to_le_bytes()),
+            (4_294_967_295.0, 4_294_967_296.0)
+        );
+        assert_eq!(
+            one(T::I64, &i64::MIN.to_le_bytes()),
+            (-(2f64.powi(63)), -(2f32.powi(63)))
+        );
+        assert_eq!(
+            one(T::U64, &u64::MAX.to_le_bytes()),
+            (2f64.powi(64), 2f32.powi(64))
+        );
+        // Just above an f32 tie, but within half an f64 ulp of it: once
+        // rounded, up (numpy); through f64 it would tie and go down.
+        let x = (1i64 << 62) + (1 << 38) + 1;
+        let (wide, narrow) = one(T::I64, &x.to_le_bytes());
+        assert_eq!(wide, 2f64.powi(62) + 2f64.powi(38));
+        assert_eq!(narrow, 2f32.powi(62) + 2f32.powi(39));
+        assert_eq!(wide as f32, 2f32.powi(62), "the double rounding avoided");
+        let (_, narrow) = one(T::U64, &((1u64 << 63) + (1 << 39) + 1).to_le_bytes());
+        assert_eq!(narrow, 2f32.powi(63) + 2f32.powi(40));
     }
 
     #[test]

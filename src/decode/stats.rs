@@ -124,8 +124,8 @@ pub struct ValueSummary {
     pub mean: f64,
     /// Standard deviation of the finite values.
     pub std: f64,
-    /// Linear bins from min to max (F32 and F64 values binned at bfloat16
-    /// precision).
+    /// Linear bins from min to max (F32, F64 and integer values binned at
+    /// bfloat16 precision).
     pub bins: Vec<Bin>,
 }
 
@@ -536,7 +536,7 @@ impl Moments {
         self.sum_sq += v * v;
     }
 
-    /// Adds one F64 value, at its own precision.
+    /// Adds one F64 value (or an integer's, as f64), at its own precision.
     #[inline]
     pub fn push_f64(&mut self, v: f64) {
         self.count += 1;

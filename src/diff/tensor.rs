@@ -129,7 +129,9 @@ fn mlx_module(a: &Side, b: &Side, i: usize, j: usize, row: &TensorDiff) -> Optio
         Some(DenseDtype::Bf16) => Some(ScaleType::Bf16),
         Some(DenseDtype::F32) => Some(ScaleType::F32),
         // Affine scales are BF16, F16 or F32 (`DenseDtype::parse`).
-        Some(DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2) => None,
+        Some(DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 | DenseDtype::Int(_)) => {
+            None
+        }
         None if ma.mode == QuantMode::Nvfp4 => Some(ScaleType::E4m3),
         None => Some(ScaleType::E8m0),
     };

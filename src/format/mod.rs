@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 pub use model::{
-    Bundle, DenseDtype, FormatKind, Layout, PackedKind, PayloadFile, Precision, Provenance,
-    QuantMode, QuantNote, ScaleKind, TensorInfo,
+    Bundle, DenseDtype, FormatKind, IntDtype, Layout, PackedKind, PayloadFile, Precision,
+    Provenance, QuantMode, QuantNote, ScaleKind, TensorInfo,
 };
 pub use payload::{ExpertSiblings, Payload, PayloadError, is_bare_name};
 

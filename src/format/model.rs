@@ -300,6 +300,122 @@ pub enum DenseDtype {
     /// 8-bit float E5M2 (bias 15, IEEE-like: ±inf 0x7C/0xFC, NaN
     /// 0x7D-0x7F/0xFD-0xFF): safetensors `F8_E5M2`, the top byte of an F16.
     F8E5m2,
+    /// A little-endian integer, or BOOL (safetensors `I8` … `U64`, `BOOL`):
+    /// each value is the integer read as f64 (exact up to 2^53, beyond that
+    /// rounded to nearest, as numpy's `astype(float64)`); a BOOL byte is 1
+    /// when nonzero, else 0. Always finite.
+    Int(IntDtype),
+}
+
+/// The integer (and BOOL) dtypes of a safetensors checkpoint's dense
+/// tensors ([`DenseDtype::Int`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IntDtype {
+    /// Signed 8-bit.
+    I8,
+    /// Unsigned 8-bit.
+    U8,
+    /// Signed 16-bit.
+    I16,
+    /// Unsigned 16-bit.
+    U16,
+    /// Signed 32-bit.
+    I32,
+    /// Unsigned 32-bit.
+    U32,
+    /// Signed 64-bit.
+    I64,
+    /// Unsigned 64-bit.
+    U64,
+    /// One byte: true (1) when nonzero, else false (0).
+    Bool,
+}
+
+impl IntDtype {
+    /// Every integer dtype, in the order above.
+    pub const ALL: [IntDtype; 9] = [
+        IntDtype::I8,
+        IntDtype::U8,
+        IntDtype::I16,
+        IntDtype::U16,
+        IntDtype::I32,
+        IntDtype::U32,
+        IntDtype::I64,
+        IntDtype::U64,
+        IntDtype::Bool,
+    ];
+
+    /// Parses a safetensors header dtype.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.as_str() == s)
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            IntDtype::I8 | IntDtype::U8 | IntDtype::Bool => 1,
+            IntDtype::I16 | IntDtype::U16 => 2,
+            IntDtype::I32 | IntDtype::U32 => 4,
+            IntDtype::I64 | IntDtype::U64 => 8,
+        }
+    }
+
+    /// The safetensors spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntDtype::I8 => "I8",
+            IntDtype::U8 => "U8",
+            IntDtype::I16 => "I16",
+            IntDtype::U16 => "U16",
+            IntDtype::I32 => "I32",
+            IntDtype::U32 => "U32",
+            IntDtype::I64 => "I64",
+            IntDtype::U64 => "U64",
+            IntDtype::Bool => "BOOL",
+        }
+    }
+
+    /// The value of one element (its [`IntDtype::size`] little-endian
+    /// bytes, which `unit` must hold) as f64: exact up to 2^53 in
+    /// magnitude, beyond that rounded to nearest (ties to even).
+    #[inline]
+    pub fn to_f64(self, unit: &[u8]) -> f64 {
+        match self {
+            IntDtype::I8 => f64::from(unit[0] as i8),
+            IntDtype::U8 => f64::from(unit[0]),
+            IntDtype::Bool => f64::from(u8::from(unit[0] != 0)),
+            IntDtype::I16 => f64::from(i16::from_le_bytes([unit[0], unit[1]])),
+            IntDtype::U16 => f64::from(u16::from_le_bytes([unit[0], unit[1]])),
+            IntDtype::I32 => f64::from(i32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]])),
+            IntDtype::U32 => f64::from(u32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]])),
+            IntDtype::I64 => i64::from_le_bytes(eight(unit)) as f64,
+            IntDtype::U64 => u64::from_le_bytes(eight(unit)) as f64,
+        }
+    }
+
+    /// The value of one element rounded once to the nearest f32 (ties to
+    /// even), as numpy's `astype(float32)` converts it: an I64 or U64 is
+    /// rounded straight from the integer, not through f64 (which could
+    /// round twice).
+    #[inline]
+    pub fn to_f32(self, unit: &[u8]) -> f32 {
+        match self {
+            IntDtype::I64 => i64::from_le_bytes(eight(unit)) as f32,
+            IntDtype::U64 => u64::from_le_bytes(eight(unit)) as f32,
+            IntDtype::I32 => i32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]]) as f32,
+            IntDtype::U32 => u32::from_le_bytes([unit[0], unit[1], unit[2], unit[3]]) as f32,
+            // Every 8- and 16-bit value is an f32 exactly.
+            _ => self.to_f64(unit) as f32,
+        }
+    }
+}
+
+/// The first eight bytes of `unit`.
+#[inline]
+fn eight(unit: &[u8]) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&unit[..8]);
+    b
 }
 
 impl DenseDtype {
@@ -317,14 +433,15 @@ impl DenseDtype {
     }
 
     /// Parses a safetensors header dtype whose values bundlescope decodes:
-    /// [`DenseDtype::parse`]'s, plus F64, F8_E4M3 and F8_E5M2. The others
-    /// (integers, BOOL, F8_E8M0, F4, F6_*) are listed and size-checked only.
+    /// [`DenseDtype::parse`]'s, plus F64, F8_E4M3, F8_E5M2, the integers
+    /// (I8, U8, I16, U16, I32, U32, I64, U64) and BOOL. The others
+    /// (F8_E8M0, F4, F6_*) are listed and size-checked only.
     pub fn parse_safetensors(s: &str) -> Option<Self> {
         match s {
             "F64" => Some(DenseDtype::F64),
             "F8_E4M3" => Some(DenseDtype::F8E4m3),
             "F8_E5M2" => Some(DenseDtype::F8E5m2),
-            _ => Self::parse(s),
+            _ => Self::parse(s).or_else(|| IntDtype::parse(s).map(DenseDtype::Int)),
         }
     }
 
@@ -335,6 +452,7 @@ impl DenseDtype {
             DenseDtype::Bf16 | DenseDtype::F16 => 2,
             DenseDtype::F32 => 4,
             DenseDtype::F64 => 8,
+            DenseDtype::Int(t) => t.size(),
         }
     }
 
@@ -347,6 +465,7 @@ impl DenseDtype {
             DenseDtype::F64 => "F64",
             DenseDtype::F8E4m3 => "F8_E4M3",
             DenseDtype::F8E5m2 => "F8_E5M2",
+            DenseDtype::Int(t) => t.as_str(),
         }
     }
 }
@@ -660,12 +779,25 @@ impl Bundle {
         self.tensors.iter().position(|t| t.name == name)
     }
 
+    /// Whether `t` is the U32 `weight` of an MLX quantized module (its
+    /// `scales` beside it) in a checkpoint with no quantization block to
+    /// decode it: its packed codes are listed as stored, not decoded, and
+    /// not read as integers either.
+    pub fn unannounced_codes(&self, t: &TensorInfo) -> bool {
+        t.layout.is_none()
+            && self.format == FormatKind::Safetensors
+            && t.source_dtype.as_deref() == Some("U32")
+            && t.name
+                .strip_suffix(".weight")
+                .is_some_and(|p| self.find(&format!("{p}.scales")).is_some())
+    }
+
     /// The dtype of `t` when `t` has no layout only because bundlescope
     /// lists and size-checks tensors of that dtype without decoding their
-    /// values (a safetensors or MLX-LM checkpoint's integer, BOOL,
-    /// F8_E8M0, F4 or F6 tensor), rather than because its metadata is
-    /// broken: its dtype is one safetensors defines, it is not an alias,
-    /// and no finding of the bundle names it.
+    /// values (a safetensors or MLX-LM checkpoint's F8_E8M0, F4 or F6
+    /// tensor), rather than because its metadata is broken: its dtype is
+    /// one safetensors defines, it is not an alias, and no finding of the
+    /// bundle names it.
     pub fn undecoded_dtype<'t>(&self, t: &'t TensorInfo) -> Option<&'t str> {
         if t.layout.is_some()
             || t.alias_of.is_some()

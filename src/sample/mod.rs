@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::decode::{self, f16_to_f32, f32_to_bf16, f32_to_f16};
 use crate::format::audio8::{EMBED, LM_HEAD, full8_grid};
-use crate::format::{DenseDtype, PackedKind, hex};
+use crate::format::{DenseDtype, IntDtype, PackedKind, hex};
 pub use crate::util::Rng;
 
 /// Which format to write.
@@ -338,9 +338,27 @@ fn dense_bytes(seed: u64, dtype: DenseDtype, count: u64, center: f32, spread: f3
             DenseDtype::F64 => out.extend_from_slice(&f64::from(v).to_le_bytes()),
             DenseDtype::F8E4m3 => out.push(f8_nearest(true, v)),
             DenseDtype::F8E5m2 => out.push(f8_nearest(false, v)),
+            DenseDtype::Int(t) => out.extend_from_slice(&int_nearest(t, v)),
         }
     }
     out
+}
+
+/// The little-endian bytes of the integer of `ty` nearest `v` (saturating
+/// at the type's range; BOOL is 1 where that integer is nonzero).
+fn int_nearest(ty: IntDtype, v: f32) -> Vec<u8> {
+    let v = v.round();
+    match ty {
+        IntDtype::I8 => (v as i8).to_le_bytes().to_vec(),
+        IntDtype::U8 => (v as u8).to_le_bytes().to_vec(),
+        IntDtype::Bool => vec![u8::from(v != 0.0)],
+        IntDtype::I16 => (v as i16).to_le_bytes().to_vec(),
+        IntDtype::U16 => (v as u16).to_le_bytes().to_vec(),
+        IntDtype::I32 => (v as i32).to_le_bytes().to_vec(),
+        IntDtype::U32 => (v as u32).to_le_bytes().to_vec(),
+        IntDtype::I64 => (v as i64).to_le_bytes().to_vec(),
+        IntDtype::U64 => (v as u64).to_le_bytes().to_vec(),
+    }
 }
 
 /// The finite F8 byte (E4M3 "fn" when `e4m3`, else E5M2) nearest `v`,

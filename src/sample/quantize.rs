@@ -58,7 +58,7 @@ fn values(dtype: DenseDtype, bytes: &[u8]) -> Vec<f32> {
             .iter()
             .map(|b| f16_to_f32(u16::from_le_bytes(*b)))
             .collect(),
-        DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
+        DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 | DenseDtype::Int(_) => {
             let size = dtype.size() as usize;
             let mut out = vec![0f32; bytes.len() / size];
             let whole = &bytes[..out.len() * size];
@@ -93,10 +93,14 @@ pub fn from_checkpoint(
     let mut sources = Vec::new();
     let mut embed = false;
     for (index, t) in src.tensors.iter().enumerate() {
-        // Integer buffers (position ids) are no weights: left out.
+        // Integer and BOOL buffers (position ids, masks) are no weights:
+        // left out, decoded or not.
         let Some(Layout::Dense { dtype, count }) = t.layout else {
             continue;
         };
+        if let DenseDtype::Int(_) = dtype {
+            continue;
+        }
         let shape = t.shape.clone().unwrap_or(vec![count]);
         let matrix = shape.len() == 2 && shape[1] % 64 == 0 && shape[0] > 0 && shape[1] > 0;
         let mut name = t.name.clone();

@@ -1,8 +1,10 @@
-//! The scanner of dense F16, BF16, F32, F64 and F8 (E4M3, E5M2) tensors:
-//! a 16-bit pattern histogram, exact moments, and the first non-finite
-//! value. An F8 byte is counted at the half that holds its value exactly,
-//! so F8 tensors are summarised as F16 ones are; F64 values are binned as
-//! F32's (at bfloat16 precision) and their moments kept at F64 precision.
+//! The scanner of dense F16, BF16, F32, F64, F8 (E4M3, E5M2), integer
+//! and BOOL tensors: a 16-bit pattern histogram, exact moments, and the
+//! first non-finite value. An F8 byte is counted at the half that holds its
+//! value exactly, so F8 tensors are summarised as F16 ones are; F64 and
+//! integer values are binned as F32's (at bfloat16 precision, the integer
+//! rounded once to the nearest F32) and their moments kept at F64
+//! precision. Integers are always finite.
 
 use super::Carry;
 use crate::decode::F8_E4M3_AS_F16;
@@ -92,7 +94,10 @@ impl Dense {
         acc.hist.resize(1 << 16, 0);
         acc.settle_blocks();
         let pattern = pattern_of(self.dtype);
-        if !matches!(self.dtype, DenseDtype::F32 | DenseDtype::F64) {
+        if !matches!(
+            self.dtype,
+            DenseDtype::F32 | DenseDtype::F64 | DenseDtype::Int(_)
+        ) {
             acc.moments = stats::moments_of_patterns(&acc.hist, acc.blocks(), pattern);
         }
         if let Some(at) = acc.first_bad {
@@ -129,7 +134,9 @@ impl Dense {
 fn pattern_of(dtype: DenseDtype) -> Pattern16 {
     match dtype {
         DenseDtype::F16 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => Pattern16::F16,
-        DenseDtype::Bf16 | DenseDtype::F32 | DenseDtype::F64 => Pattern16::Bf16,
+        DenseDtype::Bf16 | DenseDtype::F32 | DenseDtype::F64 | DenseDtype::Int(_) => {
+            Pattern16::Bf16
+        }
     }
 }
 
@@ -254,6 +261,16 @@ impl DenseAcc {
                         self.first_bad = Some(self.start + self.pos + 8 * i as u64);
                     }
                     self.moments.push_f64(v);
+                }
+            }
+            DenseDtype::Int(t) => {
+                // Binned as the F32 the integer rounds to; the moments at
+                // F64 precision. Never non-finite.
+                for s in units.chunks_exact(t.size() as usize) {
+                    let x = t.to_f32(s).to_bits();
+                    self.hist[(x >> 16) as usize] += 1;
+                    self.touched[(x >> 24) as usize] = true;
+                    self.moments.push_f64(t.to_f64(s));
                 }
             }
         }

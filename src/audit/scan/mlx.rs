@@ -964,7 +964,7 @@ impl AbsRange {
                 DenseDtype::Bf16 => rows.see_halves(whole, 0x7f80),
                 DenseDtype::F16 => rows.see_halves(whole, 0x7c00),
                 // Not affine scales dtypes (`DenseDtype::parse`): read as F32's.
-                DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
+                DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 | DenseDtype::Int(_) => {
                     for c in whole.chunks_exact(dtype.size() as usize) {
                         let v = crate::decode::dequant::dense_value(dtype, c);
                         see(v, (v.to_bits() >> 16) as u16);
@@ -999,9 +999,11 @@ impl AbsRange {
             _ => bf16_to_f32,
         };
         let range = match self.dtype {
-            DenseDtype::F32 | DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
-                (self.min <= self.max).then_some((self.min, self.max))
-            }
+            DenseDtype::F32
+            | DenseDtype::F64
+            | DenseDtype::F8E4m3
+            | DenseDtype::F8E5m2
+            | DenseDtype::Int(_) => (self.min <= self.max).then_some((self.min, self.max)),
             DenseDtype::F16 | DenseDtype::Bf16 => {
                 let inf = if self.dtype == DenseDtype::F16 {
                     0x7c00
@@ -1015,9 +1017,11 @@ impl AbsRange {
         };
         let outliers = self.rows.count(value);
         let zeros = match self.dtype {
-            DenseDtype::F32 | DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
-                self.zeros
-            }
+            DenseDtype::F32
+            | DenseDtype::F64
+            | DenseDtype::F8E4m3
+            | DenseDtype::F8E5m2
+            | DenseDtype::Int(_) => self.zeros,
             DenseDtype::F16 | DenseDtype::Bf16 => [0usize, 0x8000]
                 .iter()
                 .map(|&h| patterns.0.get(h).map_or(0, |&n| u64::from(n)))
@@ -1028,7 +1032,11 @@ impl AbsRange {
         // the BF16-precision keys for F32.
         let mut magnitudes: Vec<(f32, u64)> = Vec::new();
         match self.dtype {
-            DenseDtype::F32 | DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
+            DenseDtype::F32
+            | DenseDtype::F64
+            | DenseDtype::F8E4m3
+            | DenseDtype::F8E5m2
+            | DenseDtype::Int(_) => {
                 for (k, n) in self.rows.hist.iter().filter(|&(k, _)| k > 0) {
                     magnitudes.push((value(k), u64::from(n)));
                 }

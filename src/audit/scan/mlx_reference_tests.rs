@@ -223,7 +223,7 @@ fn affine_reference(
                 let h = u16::from_le_bytes([v[0], v[1]]);
                 (half::bf16::from_bits(h).to_f32(), h & 0x7fff)
             }
-            DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => {
+            DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 | DenseDtype::Int(_) => {
                 unreachable!("affine scales are BF16, F16 or F32")
             }
         }
@@ -294,7 +294,10 @@ fn affine_scales_equal_the_naive_reference() {
                     DenseDtype::Bf16 => {
                         bytes.extend_from_slice(&half::bf16::from_f32(x).to_le_bytes())
                     }
-                    DenseDtype::F64 | DenseDtype::F8E4m3 | DenseDtype::F8E5m2 => unreachable!(),
+                    DenseDtype::F64
+                    | DenseDtype::F8E4m3
+                    | DenseDtype::F8E5m2
+                    | DenseDtype::Int(_) => unreachable!(),
                 }
             }
             let layout = Layout::MlxParams {

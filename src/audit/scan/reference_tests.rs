@@ -223,7 +223,9 @@ fn dense_scans_equal_the_naive_reference() {
         DenseDtype::F64,
         DenseDtype::F8E4m3,
         DenseDtype::F8E5m2,
-    ];
+    ]
+    .into_iter()
+    .chain(crate::format::IntDtype::ALL.map(DenseDtype::Int));
     for dtype in dtypes {
         // 70,001 values: past the count whose blocks are marked one by one.
         for values in [1usize, 511, 512, 513, 3001, 70_001] {
@@ -260,6 +262,26 @@ fn dense_scans_equal_the_naive_reference() {
                     DenseDtype::F32 => {
                         let x = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
                         ((x >> 16) as u16, f32::from_bits(x))
+                    }
+                    // The integer read into an i128 (sign-extended where
+                    // signed), rounded once to f64 and once to f32.
+                    DenseDtype::Int(t) => {
+                        let signed = t.as_str().starts_with('I');
+                        let mut wide = [if signed && v[size - 1] & 0x80 != 0 {
+                            0xff
+                        } else {
+                            0
+                        }; 16];
+                        wide[..size].copy_from_slice(v);
+                        let n = i128::from_le_bytes(wide);
+                        let n = if t == crate::format::IntDtype::Bool {
+                            i128::from(n != 0)
+                        } else {
+                            n
+                        };
+                        hist[((n as f32).to_bits() >> 16) as usize] += 1;
+                        moments.push_f64(n as f64);
+                        continue;
                     }
                     DenseDtype::F64 => {
                         let x = f64::from_le_bytes(v.try_into().unwrap());

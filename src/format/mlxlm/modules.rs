@@ -731,13 +731,29 @@ pub fn unannounced(tensors: &[TensorInfo], missing: NoBlock, findings: &mut Vec<
     );
 }
 
-/// Gives every float tensor outside the quantized modules a dense layout
-/// (its values are checked finite and histogrammed): F64, F32, F16, BF16,
-/// F8_E4M3 and F8_E5M2. Other dtypes (integers, BOOL, F8_E8M0, F4, F6_*)
-/// are listed and size-checked without value checks.
+/// Gives every tensor outside the quantized modules whose dtype
+/// bundlescope decodes a dense layout (its values are checked finite and
+/// histogrammed): F64, F32, F16, BF16, F8_E4M3, F8_E5M2, the integers
+/// (I8 … U64) and BOOL. F8_E8M0, F4 and F6_* are listed and size-checked
+/// without value checks. A U32 `weight` with `scales` beside it is an MLX
+/// quantized module's packed codes even where no quantization block says
+/// how to decode them ([`unannounced`]): listed as stored, never read as
+/// integers.
 pub fn dense(tensors: &mut [TensorInfo], members: &[bool]) {
+    let scaled: std::collections::HashSet<String> = tensors
+        .iter()
+        .filter_map(|t| t.name.strip_suffix(".scales"))
+        .map(str::to_string)
+        .collect();
     for (i, t) in tensors.iter_mut().enumerate() {
         if t.layout.is_some() || members.get(i).copied().unwrap_or(false) {
+            continue;
+        }
+        if dtype(t) == "U32"
+            && t.name
+                .strip_suffix(".weight")
+                .is_some_and(|p| scaled.contains(p))
+        {
             continue;
         }
         if let Some(dtype) = t
