@@ -131,7 +131,7 @@ fn rows_of(
         .enumerate()
         .filter_map(|(i, st)| {
             let v = verdicts.get(i).cloned().flatten().unwrap_or_default();
-            Some((i, st.as_ref()?.quality.clone()?, v))
+            Some((i, *st.as_ref()?.quality.clone()?, v))
         })
         .collect();
     if sort == QualitySort::Name {

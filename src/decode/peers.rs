@@ -599,7 +599,7 @@ mod tests {
                 max_code: 14,
                 counts,
             }),
-            scales: Some(ScaleSummary {
+            scales: Some(Box::new(ScaleSummary {
                 dtype: "F16".into(),
                 count: 100,
                 invalid: 0,
@@ -609,8 +609,8 @@ mod tests {
                 p01: median / 2.0,
                 p99: median * 2.0,
                 bins: Vec::new(),
-            }),
-            quality: Some(Quality {
+            })),
+            quality: Some(Box::new(Quality {
                 entropy_bits: 3.9,
                 clipping_share: clip,
                 unused_levels: Vec::new(),
@@ -621,7 +621,7 @@ mod tests {
                 high_rows: 0,
                 reserved_codes: 0,
                 suspicion: 0.0,
-            }),
+            })),
             ..Default::default()
         }
     }

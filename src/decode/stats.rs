@@ -162,14 +162,14 @@ pub struct TensorStats {
     /// Code histogram (packed tensors).
     pub codes: Option<CodeCounts>,
     /// Scale distribution (packed tensors).
-    pub scales: Option<ScaleSummary>,
+    pub scales: Option<Box<ScaleSummary>>,
     /// Value distribution (dense tensors).
     pub values: Option<ValueSummary>,
     /// Quality statistics (packed tensors).
-    pub quality: Option<Quality>,
+    pub quality: Option<Box<Quality>>,
     /// E4M3 scale distribution (mlx-nvfp4 `scales` tensors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub e4m3: Option<E4m3Stats>,
+    pub e4m3: Option<Box<E4m3Stats>>,
     /// Per-expert global scales (mlx-nvfp4 `global_scale` tensors).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_scales: Option<Vec<f64>>,
@@ -189,7 +189,7 @@ pub struct TensorStats {
     pub zero_scales: Option<u64>,
     /// What a GGUF block-quantised tensor adds: its sub-block scales and mins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gguf: Option<GgufStats>,
+    pub gguf: Option<Box<GgufStats>>,
     /// A stacked MoE tensor's statistics expert by expert (its experts are
     /// peers of each other).
     #[serde(default, skip_serializing_if = "Option::is_none")]

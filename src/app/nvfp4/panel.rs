@@ -81,7 +81,7 @@ pub fn panel_ui(
             .and_then(Option::as_deref)
     };
     let globals = stats(set.global).and_then(|t: &TensorStats| t.global_scales.as_deref());
-    let e4 = stats(set.scales).and_then(|t| t.e4m3.as_ref());
+    let e4 = stats(set.scales).and_then(|t| t.e4m3.as_deref());
     let healthy = |j: usize| s.status(j) != RowStatus::Error;
     let mut wanted = Vec::new();
     if healthy(set.weight) {

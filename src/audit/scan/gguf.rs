@@ -575,15 +575,15 @@ impl GgufScan {
         quality.suspicion = stats::suspicion(&quality, bits);
         TensorStats {
             codes: Some(codes),
-            scales,
-            quality: Some(quality),
-            gguf: Some(GgufStats {
+            scales: scales.map(Box::new),
+            quality: Some(Box::new(quality)),
+            gguf: Some(Box::new(GgufStats {
                 ggml_type: ty.name().to_string(),
                 blocks,
                 sub_scales,
                 sub_mins,
                 mins,
-            }),
+            })),
             ..Default::default()
         }
     }

@@ -269,7 +269,7 @@ impl CodesScan {
         quality.suspicion = stats::suspicion(&quality, u32::from(self.bits));
         TensorStats {
             codes: Some(codes),
-            quality: Some(quality),
+            quality: Some(Box::new(quality)),
             experts,
             ..Default::default()
         }
@@ -840,7 +840,7 @@ impl ScalesScan {
         self.rows
             .add_bytes(&keys, |b| (!Self::bad(kind, b)).then(|| Self::key(kind, b)));
         let mut out = TensorStats {
-            scales: Some(dm::summarise_byte_scales(self.kind, &total)),
+            scales: Some(Box::new(dm::summarise_byte_scales(self.kind, &total))),
             row_outliers: Some(self.rows.count(|k| dm::scale_byte(kind, k as u8))),
             // E8M0 has no zero; E4M3's are 0x00 and 0x80.
             zero_scales: Some(match kind {
@@ -850,7 +850,7 @@ impl ScalesScan {
             ..Default::default()
         };
         if self.kind == ScaleKind::E4m3 {
-            out.e4m3 = Some(stats::E4m3Stats::from_hists(&self.hists));
+            out.e4m3 = Some(Box::new(stats::E4m3Stats::from_hists(&self.hists)));
         }
         out.experts = self.rows.expert_parts_from_bytes(&self.hists, |b| {
             (!Self::bad(kind, b)).then(|| Self::key(kind, b))

@@ -94,13 +94,13 @@ fn scales_reference(kind: ScaleKind, experts: u64, groups: u64, bytes: &[u8]) ->
         }
     };
     TensorStats {
-        scales: Some(dm::summarise_byte_scales(kind, &total)),
+        scales: Some(Box::new(dm::summarise_byte_scales(kind, &total))),
         row_outliers: Some(outliers),
         zero_scales: Some(match kind {
             ScaleKind::E8m0 => 0,
             ScaleKind::E4m3 => total[0] + total[0x80],
         }),
-        e4m3: (kind == ScaleKind::E4m3).then(|| stats::E4m3Stats::from_hists(&hists)),
+        e4m3: (kind == ScaleKind::E4m3).then(|| Box::new(stats::E4m3Stats::from_hists(&hists))),
         experts: (experts > 1).then(|| {
             let rows = (per_expert / groups) as usize;
             bytes

@@ -284,7 +284,7 @@ impl Scanner {
                     abs_range: found.range,
                     row_outliers: Some(found.outliers),
                     zero_scales: Some(found.zeros),
-                    scales: Some(found.summary),
+                    scales: Some(Box::new(found.summary)),
                     experts: found.experts,
                     ..d.finish(name, &mut findings)
                 }

@@ -104,7 +104,7 @@ impl E4m3Scan {
             );
         }
         TensorStats {
-            e4m3: Some(e4),
+            e4m3: Some(Box::new(e4)),
             experts: self.expert_parts(),
             ..Default::default()
         }
@@ -261,7 +261,7 @@ impl Fp4Scan {
         quality.suspicion = stats::suspicion(&quality, 4);
         TensorStats {
             codes: Some(codes),
-            quality: Some(quality),
+            quality: Some(Box::new(quality)),
             experts: (experts.len() > 1).then_some(experts),
             ..Default::default()
         }

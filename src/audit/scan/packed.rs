@@ -172,9 +172,9 @@ impl Packed {
         quality.suspicion = stats::suspicion(&quality, self.kind.bits());
         TensorStats {
             codes: Some(codes),
-            scales: Some(scales),
+            scales: Some(Box::new(scales)),
             values: None,
-            quality: Some(quality),
+            quality: Some(Box::new(quality)),
             ..Default::default()
         }
     }
