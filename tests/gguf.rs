@@ -49,8 +49,8 @@ fn gguf_py_files_audit_valid_and_export_equals_gguf_py_dequantize() {
     let index = index.as_object().unwrap();
     // Every type gguf-py quantizes or dequantizes that bundlescope decodes.
     for ty in [
-        "F32", "F16", "BF16", "F64", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4", "Q2_K",
-        "Q3_K", "Q4_K", "Q5_K", "Q6_K", "NVFP4",
+        "F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+        "Q8_0", "MXFP4", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "NVFP4",
     ] {
         assert!(
             index.values().any(|e| e["type"] == ty),

@@ -1029,7 +1029,7 @@ fn emit_tensor(bundle: &Bundle, index: usize, out: super::scan::ScanOutcome, emi
         Some(Layout::Packed { .. }) => &[c::PACKED_RESERVED_CODE, c::PACKED_SCALES],
         Some(Layout::E4m3 { .. }) => &[c::E4M3_SCALES],
         Some(Layout::GlobalScale { .. }) => &[c::GLOBAL_SCALE],
-        Some(Layout::Gguf { ty, .. }) if ty.is_float() => &[c::GGUF_FINITE],
+        Some(Layout::Gguf { ty, .. }) if ty.is_dense() => &[c::GGUF_FINITE],
         Some(Layout::Gguf { ty, .. }) if ty.decoded() => &[c::GGUF_SCALE],
         Some(Layout::MlxCodes {
             mode: crate::format::QuantMode::Mxfp8,

@@ -558,6 +558,12 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), Ggu
             have: bytes.len(),
         });
     }
+    if let Some(it) = ty.int_dtype() {
+        for (o, b) in out.iter_mut().zip(bytes.chunks_exact(it.size() as usize)) {
+            *o = it.to_f32(b);
+        }
+        return Ok(());
+    }
     if ty.is_float() {
         match ty {
             GgmlType::F32 => {

@@ -22,7 +22,7 @@ use super::gguf_reference;
 
 /// Does tensor `t` get a GGUF spot check?
 pub(super) fn checkable(layout: Option<Layout>) -> bool {
-    matches!(layout, Some(Layout::Gguf { ty, .. }) if ty.decoded() && !ty.is_float())
+    matches!(layout, Some(Layout::Gguf { ty, .. }) if ty.decoded() && !ty.is_dense())
 }
 
 /// A block's MLX affine bias from its `d` and `m` (as f32).

@@ -75,6 +75,16 @@ for qt in RAW:
 x = rng.standard_t(5, size=(rows, cols)) * np.float64(1e-3) + np.float64(1.0) / 3.0
 w.add_tensor("q.F64", x)
 written["q.F64"] = T.F64
+# Integers: gguf-py types int8/16/32/64 arrays as I8..I64 by themselves.
+# Each holds its type's extremes, and values float32 must round.
+for np_t, qt in [(np.int8, T.I8), (np.int16, T.I16), (np.int32, T.I32), (np.int64, T.I64)]:
+    info = np.iinfo(np_t)
+    v = rng.integers(info.min, info.max, size=(rows, cols), dtype=np_t, endpoint=True)
+    v[0, :4] = [info.min, info.max, 0, -1]
+    if np_t == np.int64:
+        v[0, 4:6] = [2**53 + 1, (1 << 62) + (1 << 38) + 1]
+    w.add_tensor(f"q.{qt.name}", v)
+    written[f"q.{qt.name}"] = qt
 w.write_header_to_file()
 w.write_kv_data_to_file()
 w.write_tensors_to_file()
@@ -105,10 +115,14 @@ index = {}
 r = gguf.GGUFReader(str(out / "model.gguf"))
 for t in r.tensors:
     qt = T(t.tensor_type)
+    ints = {T.I8: np.int8, T.I16: np.int16, T.I32: np.int32, T.I64: np.int64}
     if qt == T.F64:
         # gguf-py 0.19 does not dequantize F64: its bytes read as float64
         # here, rounded to the nearest float32 by numpy.
         values = np.asarray(t.data).view(np.float64).astype(np.float32)
+    elif qt in ints:
+        # Nor the integers: read as their type, rounded once to float32.
+        values = np.asarray(t.data).view(ints[qt]).astype(np.float32)
     else:
         values = gguf.quants.dequantize(t.data, qt)
     shape = [int(d) for d in reversed(t.shape.tolist())]

@@ -250,6 +250,6 @@ pub fn checkable(b: &Bundle, i: usize) -> bool {
     };
     t.precision.packed().is_some()
         || t.precision == Precision::Nvfp4
-        || matches!(t.layout, Some(crate::format::Layout::Gguf { ty, .. }) if ty.decoded() && !ty.is_float())
+        || matches!(t.layout, Some(crate::format::Layout::Gguf { ty, .. }) if ty.decoded() && !ty.is_dense())
         || matches!(t.precision, Precision::Mlx(..))
 }

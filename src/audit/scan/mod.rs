@@ -160,6 +160,7 @@ impl Scanner {
                     T::F16 => dense(crate::format::DenseDtype::F16),
                     T::BF16 => dense(crate::format::DenseDtype::Bf16),
                     T::F64 => dense(crate::format::DenseDtype::F64),
+                    _ if let Some(it) = ty.int_dtype() => dense(crate::format::DenseDtype::Int(it)),
                     // Listed and size-checked types are hashed only.
                     _ if !ty.decoded() => Kind::Codes,
                     _ => Kind::Gguf(Box::new(GgufScan::new(ty, rows, cols, start))),

@@ -254,7 +254,7 @@ fn all(bundle: &Bundle, a: &Args) -> Result<i32> {
                     // GGUF's block-quantised types: ranked against their
                     // peers like the rest.
                     || matches!(t.precision,
-                        bundlescope::format::Precision::Gguf(ty) if ty.decoded() && !ty.is_float()))
+                        bundlescope::format::Precision::Gguf(ty) if ty.decoded() && !ty.is_dense()))
         })
         .collect();
     let (ok, broken): (Vec<_>, Vec<_>) = packed.into_iter().partition(|(_, t)| t.layout.is_some());

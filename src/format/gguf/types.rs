@@ -87,10 +87,10 @@ ggml_types! {
     IQ3_S = 21, "IQ3_S", 256, 2 + QK_K / 4 + QK_K / 8 + QK_K / 32 + 4, false;
     IQ2_S = 22, "IQ2_S", 256, 2 + QK_K / 4 + QK_K / 16, false;
     IQ4_XS = 23, "IQ4_XS", 256, 2 + 2 + QK_K / 2 + QK_K / 64, false;
-    I8 = 24, "I8", 1, 1, false;
-    I16 = 25, "I16", 1, 2, false;
-    I32 = 26, "I32", 1, 4, false;
-    I64 = 27, "I64", 1, 8, false;
+    I8 = 24, "I8", 1, 1, true;
+    I16 = 25, "I16", 1, 2, true;
+    I32 = 26, "I32", 1, 4, true;
+    I64 = 27, "I64", 1, 8, true;
     F64 = 28, "F64", 1, 8, true;
     IQ1_M = 29, "IQ1_M", 256, QK_K / 8 + QK_K / 16 + QK_K / 32, false;
     BF16 = 30, "BF16", 1, 2, true;
@@ -110,6 +110,25 @@ impl GgmlType {
             self,
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::F64
         )
+    }
+
+    /// The integer types (I8, I16, I32, I64) as the dense dtype whose
+    /// values they hold.
+    pub fn int_dtype(self) -> Option<crate::format::IntDtype> {
+        use crate::format::IntDtype as I;
+        match self {
+            GgmlType::I8 => Some(I::I8),
+            GgmlType::I16 => Some(I::I16),
+            GgmlType::I32 => Some(I::I32),
+            GgmlType::I64 => Some(I::I64),
+            _ => None,
+        }
+    }
+
+    /// One value per element, no blocks (the floats and the integers):
+    /// decoded as dense values, not as codes and scales.
+    pub fn is_dense(self) -> bool {
+        self.is_float() || self.int_dtype().is_some()
     }
 }
 
