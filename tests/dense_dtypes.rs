@@ -357,6 +357,22 @@ fn f8_and_f64_tensors_are_decoded_checked_exported_and_shown() {
 /// the F64 values equal the report's. F8 has no numpy dtype without
 /// ml_dtypes (not installed here); E5M2 is checked as the top byte of a
 /// numpy float16.
+/// Runs Python with numpy on `args` and reads the JSON it prints; `None`
+/// (the test skipped, with the reason) where Python or numpy is missing or
+/// the script fails.
+fn numpy_json(args: &[&str]) -> Option<Value> {
+    let Some(o) = run_python(args) else {
+        require_or_skip("Python with numpy", false);
+        return None;
+    };
+    if !o.status.success() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        require_or_skip(&format!("Python with numpy ({err})"), false);
+        return None;
+    }
+    Some(serde_json::from_slice(&o.stdout).unwrap())
+}
+
 fn numpy_agrees(file: &Path, tmp: &Path) {
     let script = r#"
 import json, sys
@@ -383,16 +399,10 @@ h = (np.frombuffer(b, dtype=np.uint8).astype(np.uint16) << 8).view(np.float16)
 np.save(out + "/w.e5m2.npy", h.astype(np.float32).reshape(e["shape"]))
 print(json.dumps(res))
 "#;
-    let Some(o) = run_python(&["-c", script, file.to_str().unwrap(), tmp.to_str().unwrap()]) else {
-        require_or_skip("Python with numpy", false);
+    let Some(theirs) = numpy_json(&["-c", script, file.to_str().unwrap(), tmp.to_str().unwrap()])
+    else {
         return;
     };
-    if !o.status.success() {
-        let err = String::from_utf8_lossy(&o.stderr);
-        require_or_skip(&format!("Python with numpy ({err})"), false);
-        return;
-    }
-    let theirs: Value = serde_json::from_slice(&o.stdout).unwrap();
     let report = audit_json(file).json();
     for name in ["w.f64", "w.wide"] {
         let v = &row(&report, name)["stats"]["values"];
@@ -617,16 +627,9 @@ fn integer_and_bool_tensors_are_decoded_as_numpy_reads_them() {
         tmp.path().to_str().unwrap(),
         &spec,
     ];
-    let Some(o) = run_python(&args) else {
-        require_or_skip("Python with numpy", false);
+    let Some(numpy) = numpy_json(&args) else {
         return;
     };
-    if !o.status.success() {
-        let err = String::from_utf8_lossy(&o.stderr);
-        require_or_skip(&format!("Python with numpy ({err})"), false);
-        return;
-    }
-    let numpy: Value = serde_json::from_slice(&o.stdout).unwrap();
 
     // The audit: valid, nothing said (integers are never non-finite).
     let run = audit_json(&file);
@@ -714,16 +717,9 @@ else:
     v = np.frombuffer(raw[8 + n + b:8 + n + end], dtype="<i8")
     print(json.dumps({"dtype": e["dtype"], "count": int(v.size), "max": float(v.max())}))
 "#;
-    let Some(o) = run_python(&["-c", script, ck.to_str().unwrap(), name]) else {
-        require_or_skip("Python with numpy", false);
+    let Some(numpy) = numpy_json(&["-c", script, ck.to_str().unwrap(), name]) else {
         return;
     };
-    if !o.status.success() {
-        let err = String::from_utf8_lossy(&o.stderr);
-        require_or_skip(&format!("Python with numpy ({err})"), false);
-        return;
-    }
-    let numpy: Value = serde_json::from_slice(&o.stdout).unwrap();
     if !require_or_skip(&format!("{name} in the real checkpoint"), !numpy.is_null()) {
         return;
     }
